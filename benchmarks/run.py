@@ -1,0 +1,62 @@
+"""Run every benchmarks/bench_*.py module and write benchmarks/RESULTS.md.
+
+Usage: ``nox -s bench`` (builds the Hugging Face Accelerate venv), or directly
+``python benchmarks/run.py [--quick] [name ...]`` where a name selects modules by substring.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from harness import HERE, Context, hf_python_from_env, markdown, this_python  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("names", nargs="*", help="run only modules whose name contains one of these")
+    parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
+    parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
+    args = parser.parse_args()
+    modules = sorted(HERE.glob("bench_*.py"))
+    if args.names:
+        modules = [m for m in modules if any(n in m.stem for n in args.names)]
+    sections = [
+        "# Benchmark results",
+        "",
+        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {platform.python_version()}, "
+        f"Hugging Face Accelerate venv: {'yes' if hf_python_from_env() else 'absent'}.",
+        "",
+    ]
+    failures = 0
+    for path in modules:
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        with tempfile.TemporaryDirectory() as scratch:
+            ctx = Context(this_python(), hf_python_from_env(), Path(scratch), args.quick)
+            print(f"running {path.stem} ...", flush=True)
+            try:
+                rows = module.run(ctx)
+            except Exception as error:  # a broken benchmark is reported, the others still run
+                failures += 1
+                sections.append(f"### {module.TITLE}\n\nfailed: {error}\n")
+                print(f"{path.stem} failed: {error}", file=sys.stderr)
+                continue
+        table = markdown(module.TITLE, rows)
+        print(table, flush=True)
+        sections.append(table)
+    Path(args.output).write_text("\n".join(sections))
+    print(f"wrote {args.output}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

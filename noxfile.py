@@ -1,0 +1,163 @@
+"""Sessions for the accel monorepo.
+
+Every session builds its own virtual environment and installs ``torch==2.13.0`` first (a CPU wheel
+on local disk; any other version would download gigabytes). Packages are discovered from
+``packages/*/pyproject.toml`` and installed from their local paths, siblings included, so a
+``tests-<package>`` session proves that the package installs and passes its tests with only what it
+declares.
+
+Default sessions (what CI runs): every ``tests-<package>``, ``integration``, ``profiles``, ``lint``
+and ``docs``. On demand: ``bench`` and ``demo``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PACKAGES = ROOT / "packages"
+TORCH = "torch==2.13.0"
+TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2"]
+ACCELERATE = "accelerate==1.15.0"
+
+nox.options.error_on_missing_interpreters = True
+nox.options.reuse_existing_virtualenvs = False
+
+
+def _read_pyproject(directory: Path) -> dict:
+    with open(directory / "pyproject.toml", "rb") as handle:
+        return tomllib.load(handle)
+
+
+def _discover() -> dict[str, Path]:
+    """Distribution name -> package folder, for every package under packages/."""
+    found = {}
+    for pyproject in sorted(PACKAGES.glob("*/pyproject.toml")):
+        found[_read_pyproject(pyproject.parent)["project"]["name"]] = pyproject.parent
+    return found
+
+
+LOCAL = _discover()
+
+
+def _requirement_name(requirement: str) -> str:
+    return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip().lower()
+
+
+def _local_closure(names: list[str]) -> list[str]:
+    """The given local distributions plus every local distribution they depend on."""
+    seen: list[str] = []
+    todo = list(names)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.append(name)
+        for requirement in _read_pyproject(LOCAL[name])["project"].get("dependencies", []):
+            dependency = _requirement_name(requirement)
+            if dependency in LOCAL:
+                todo.append(dependency)
+    return seen
+
+
+def _install_local(session: nox.Session, names: list[str], extras: str = "") -> None:
+    """Install torch, then the named local packages, their local dependencies and test helpers.
+
+    ``extras`` is applied to the named packages that declare it, not to their dependencies.
+    """
+    session.install(TORCH)
+    targets = []
+    for name in _local_closure(names):
+        wants_extra = extras and name in names and _has_extra(name, extras)
+        targets.append(f"{LOCAL[name]}[{extras}]" if wants_extra else str(LOCAL[name]))
+    session.install(*targets)
+
+
+def _has_extra(name: str, extra: str) -> bool:
+    return extra in _read_pyproject(LOCAL[name])["project"].get("optional-dependencies", {})
+
+
+def _pytest(session: nox.Session, *paths: str) -> None:
+    session.run("python", "-m", "pytest", *paths, *session.posargs, env={"PYTHONHASHSEED": "0"})
+
+
+for _dist in LOCAL:
+
+    @nox.session(name=f"tests-{_dist}")
+    def _package_tests(session: nox.Session, dist: str = _dist) -> None:
+        """Install one package alone (with what it declares) and run its tests."""
+        session.install(*TEST_TOOLS)
+        _install_local(session, [dist, "accel-testing"], extras="test")
+        session.run("pip", "check")
+        _pytest(session, str(LOCAL[dist] / "tests"))
+
+
+@nox.session
+def integration(session: nox.Session) -> None:
+    """Everything installed together; runs the tests that cross packages and processes."""
+    session.install(*TEST_TOOLS)
+    _install_local(session, list(LOCAL), extras="test")
+    _pytest(session, "integration-tests")
+
+
+@nox.session
+@nox.parametrize("profile", ["inference", "launcher", "full"])
+def profiles(session: nox.Session, profile: str) -> None:
+    """Install one profile in its own venv and check what is and is not importable."""
+    wanted = {"inference": ["accel-bigmodel"], "launcher": ["accel-launch"], "full": ["accel-kit"]}
+    if profile != "launcher":
+        session.install(TORCH)
+    session.install(*[str(LOCAL[name]) for name in _local_closure(wanted[profile])])
+    session.run("python", "integration-tests/profiles/check_profile.py", profile)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff check and ruff format --check over the whole repository."""
+    session.install("ruff==0.17.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the mkdocs site with --strict (warnings are errors)."""
+    session.install("mkdocs==1.6.1", "mkdocs-material==9.8.2")
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site"))
+
+
+def _accelerate_python(session: nox.Session) -> str:
+    """A separate venv with Hugging Face Accelerate, for side-by-side measurements."""
+    venv = Path(session.create_tmp()) / "hf-accelerate"
+    python = venv / "bin" / "python"
+    if not python.exists():
+        session.run("python", "-m", "venv", str(venv), external=True)
+    session.run(str(python), "-m", "pip", "install", "-q", TORCH, external=True)
+    session.run(str(python), "-m", "pip", "install", "-q", ACCELERATE, "transformers", external=True)
+    return str(python)
+
+
+@nox.session(default=False)
+def bench(session: nox.Session) -> None:
+    """Benchmarks against Hugging Face Accelerate and raw PyTorch; writes benchmarks/RESULTS.md."""
+    _install_local(session, list(LOCAL), extras="bench")
+    session.install("transformers")
+    env = {"ACCEL_BENCH_HF_PYTHON": _accelerate_python(session)}
+    session.run("python", "benchmarks/run.py", *session.posargs, env=env)
+
+
+@nox.session(default=False)
+def demo(session: nox.Session) -> None:
+    """The main job: the examples that show accel end to end, on CPU."""
+    _install_local(session, list(LOCAL), extras="examples")
+    session.run("python", "examples/demo.py", *session.posargs, env={"OMP_NUM_THREADS": "1"})
+
+
+# Keep helper names out of nox's listing.
+del _dist
+os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")

@@ -1,0 +1,48 @@
+"""accel: Hugging Face Accelerate's public API over small, independently installable packages.
+
+Port a script by replacing ``accelerate`` with ``accel`` in its imports. Every name here is defined
+in one of accel-ops, accel-core, accel-bigmodel, accel-backends or accel-launch and imported only
+when first used.
+"""
+
+from accel._lazy import export_table
+
+__version__ = "0.1.0"
+
+_NAMES = {
+    # accel-core
+    "Accelerator": "accel_core",
+    "DataLoaderConfiguration": "accel_core",
+    "DistributedDataParallelKwargs": "accel_core",
+    "GradScalerKwargs": "accel_core",
+    "InitProcessGroupKwargs": "accel_core",
+    "AutocastKwargs": "accel_core",
+    "ProfileKwargs": "accel_core",
+    "DDPCommunicationHookType": "accel_core",
+    "DistributedType": "accel_ops",
+    "GradientAccumulationPlugin": "accel_core",
+    "find_executable_batch_size": "accel_core",
+    "skip_first_batches": "accel_core",
+    "notebook_launcher": "accel_core",
+    "debug_launcher": "accel_core",
+    "synchronize_rng_states": "accel_core",
+    # accel-ops
+    "PartialState": "accel_ops",
+    # accel-bigmodel
+    "init_empty_weights": "accel_bigmodel",
+    "init_on_device": "accel_bigmodel",
+    "cpu_offload": "accel_bigmodel",
+    "cpu_offload_with_hook": "accel_bigmodel",
+    "disk_offload": "accel_bigmodel",
+    "dispatch_model": "accel_bigmodel",
+    "load_checkpoint_and_dispatch": "accel_bigmodel",
+    "load_checkpoint_in_model": "accel_bigmodel",
+    "infer_auto_device_map": "accel_bigmodel",
+}
+_UNSUPPORTED = {
+    "DeepSpeedPlugin": "the DeepSpeed strategy of accel-backends is not built yet",
+    "FullyShardedDataParallelPlugin": "the FSDP strategy of accel-backends is not built yet",
+    "prepare_pippy": "pipeline inference is out of scope",
+}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)

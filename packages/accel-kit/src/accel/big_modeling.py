@@ -1,0 +1,15 @@
+"""Big-model inference functions (Accelerate's ``accelerate.big_modeling``)."""
+
+from accel._lazy import export_table
+
+_NAMES = {
+    "init_empty_weights": "accel_bigmodel",
+    "init_on_device": "accel_bigmodel",
+    "cpu_offload": "accel_bigmodel",
+    "cpu_offload_with_hook": "accel_bigmodel",
+    "disk_offload": "accel_bigmodel",
+    "dispatch_model": "accel_bigmodel",
+    "load_checkpoint_and_dispatch": "accel_bigmodel",
+}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES)

@@ -1,0 +1,9 @@
+"""The prepared optimizer (Accelerate's ``accelerate.optimizer``)."""
+
+from accel._lazy import export_table
+
+_NAMES = {
+    "AcceleratedOptimizer": "accel_core",
+}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES)
