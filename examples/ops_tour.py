@@ -38,7 +38,7 @@ def main() -> None:
         mine = share
     state.print(f"split_between_processes(0..6)    -> rank 0 got {mine}")
     state.wait_for_everyone()
-    expected = list(range(world)) and sum(range(1, world + 1))
+    expected = sum(range(1, world + 1))
     if summed.item() != expected:
         raise SystemExit(f"reduce gave {summed.item()}, expected {expected}")
 
