@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 from pathlib import Path
 
 import nox
+import tomllib
 
 ROOT = Path(__file__).parent
 PACKAGES = ROOT / "packages"
@@ -128,7 +128,8 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the mkdocs site with --strict (warnings are errors)."""
     session.install("mkdocs==1.6.1", "mkdocs-material==9.8.2")
-    session.run("mkdocs", "build", "--strict", "--site-dir", str(Path(session.create_tmp()) / "site"))
+    site = str(Path(session.create_tmp()) / "site")
+    session.run("mkdocs", "build", "--strict", "--site-dir", site, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
 def _accelerate_python(session: nox.Session) -> str:
@@ -138,7 +139,9 @@ def _accelerate_python(session: nox.Session) -> str:
     if not python.exists():
         session.run("python", "-m", "venv", str(venv), external=True)
     session.run(str(python), "-m", "pip", "install", "-q", TORCH, external=True)
-    session.run(str(python), "-m", "pip", "install", "-q", ACCELERATE, "transformers", external=True)
+    session.run(
+        str(python), "-m", "pip", "install", "-q", ACCELERATE, "transformers", external=True
+    )
     return str(python)
 
 

@@ -55,7 +55,9 @@ def median_seconds(action: Callable[[], object], repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def run_command(command: Sequence[str], env: dict[str, str] | None = None, timeout: float = 600) -> str:
+def run_command(
+    command: Sequence[str], env: dict[str, str] | None = None, timeout: float = 600
+) -> str:
     """Run a command to completion, raising with its output if it fails; returns stdout."""
     full_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     done = subprocess.run(
@@ -63,17 +65,22 @@ def run_command(command: Sequence[str], env: dict[str, str] | None = None, timeo
     )
     if done.returncode != 0:
         raise RuntimeError(
-            f"{' '.join(command)} exited {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            f"{' '.join(command)} exited {done.returncode}\n"
+            f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
         )
     return done.stdout
 
 
-def time_command(command: Sequence[str], repeats: int = 5, env: dict[str, str] | None = None) -> float:
+def time_command(
+    command: Sequence[str], repeats: int = 5, env: dict[str, str] | None = None
+) -> float:
     """Median wall seconds of a whole command."""
     return median_seconds(lambda: run_command(command, env), repeats)
 
 
-def json_result(command: Sequence[str], env: dict[str, str] | None = None, timeout: float = 600) -> dict:
+def json_result(
+    command: Sequence[str], env: dict[str, str] | None = None, timeout: float = 600
+) -> dict:
     """Run a workload that prints one JSON object as its last line of stdout, and return it."""
     lines = run_command(command, env, timeout).strip().splitlines()
     return json.loads(lines[-1])

@@ -16,12 +16,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from harness import HERE, Context, hf_python_from_env, markdown, this_python  # noqa: E402
+from harness import HERE, Context, hf_python_from_env, markdown, this_python
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("names", nargs="*", help="run only modules whose name contains one of these")
+    parser.add_argument(
+        "names", nargs="*", help="run only modules whose name contains one of these"
+    )
     parser.add_argument("--quick", action="store_true", help="fewer repeats, smaller sizes")
     parser.add_argument("--output", default=str(HERE / "RESULTS.md"))
     args = parser.parse_args()
@@ -31,7 +33,8 @@ def main() -> int:
     sections = [
         "# Benchmark results",
         "",
-        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, {platform.python_version()}, "
+        f"Measured {time.strftime('%Y-%m-%d')} on {platform.machine()}, "
+        f"Python {platform.python_version()}, "
         f"Hugging Face Accelerate venv: {'yes' if hf_python_from_env() else 'absent'}.",
         "",
     ]

@@ -22,7 +22,10 @@ def _accel() -> list[str]:
 
 
 STEPS = [
-    ("ops on 2 processes", [*_accel(), "launch", "--num_processes", "2", str(HERE / "ops_tour.py")]),
+    (
+        "ops on 2 processes",
+        [*_accel(), "launch", "--num_processes", "2", str(HERE / "ops_tour.py")],
+    ),
     (
         "train and evaluate a digits classifier on 2 processes",
         [*_accel(), "launch", "--num_processes", "2", str(HERE / "train_digits.py")],

@@ -78,8 +78,10 @@ def main() -> None:
     for name in expected["absent"]:
         assert importlib.util.find_spec(name) is None, f"{profile}: {name} should NOT be installed"
     {"inference": check_inference, "launcher": check_launcher, "full": check_full}[profile]()
-    print(f"profile {profile}: ok ({', '.join(expected['present'])} present; "
-          f"{', '.join(expected['absent']) or 'nothing'} absent)")
+    print(
+        f"profile {profile}: ok ({', '.join(expected['present'])} present; "
+        f"{', '.join(expected['absent']) or 'nothing'} absent)"
+    )
 
 
 if __name__ == "__main__":

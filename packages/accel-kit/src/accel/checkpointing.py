@@ -2,8 +2,7 @@
 
 from accel._lazy import export_table
 
-_NAMES = {
-}
+_NAMES = {}
 _UNSUPPORTED = {
     "save_accelerator_state": "checkpointing is not built yet",
     "load_accelerator_state": "checkpointing is not built yet",

@@ -2,8 +2,7 @@
 
 from accel._lazy import export_table
 
-_NAMES = {
-}
+_NAMES = {}
 _UNSUPPORTED = {
     "GeneralTracker": "trackers are not built yet",
     "TensorBoardTracker": "trackers are not built yet",

@@ -135,16 +135,17 @@ _NAMES = {
     "write_basic_config": "accel_launch",
     "is_port_in_use": "accel_launch",
 }
+_BACKENDS_NOT_BUILT = "the DeepSpeed and FSDP strategies of accel-backends are not built yet"
 _UNSUPPORTED = {
-    "DeepSpeedPlugin": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "FullyShardedDataParallelPlugin": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "DummyOptim": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "DummyScheduler": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "merge_fsdp_weights": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "save_fsdp_model": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "load_fsdp_model": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "save_fsdp_optimizer": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
-    "load_fsdp_optimizer": "the DeepSpeed and FSDP strategies of accel-backends are not built yet",
+    "DeepSpeedPlugin": _BACKENDS_NOT_BUILT,
+    "FullyShardedDataParallelPlugin": _BACKENDS_NOT_BUILT,
+    "DummyOptim": _BACKENDS_NOT_BUILT,
+    "DummyScheduler": _BACKENDS_NOT_BUILT,
+    "merge_fsdp_weights": _BACKENDS_NOT_BUILT,
+    "save_fsdp_model": _BACKENDS_NOT_BUILT,
+    "load_fsdp_model": _BACKENDS_NOT_BUILT,
+    "save_fsdp_optimizer": _BACKENDS_NOT_BUILT,
+    "load_fsdp_optimizer": _BACKENDS_NOT_BUILT,
 }
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)
