@@ -1,0 +1,184 @@
+"""find_executable_batch_size and release_memory, on one process and on two gloo processes."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from accel_core.memory import find_executable_batch_size, release_memory, should_reduce_batch_size
+from accel_testing import run_workers
+
+
+def _fits_up_to(limit: int, tried: list[int], error: type[Exception] = RuntimeError):
+    def train(batch_size: int, scale: int = 1) -> int:
+        tried.append(batch_size)
+        if batch_size > limit:
+            raise error("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return batch_size * scale
+
+    return train
+
+
+def test_halves_until_the_function_fits():
+    tried: list[int] = []
+    train = find_executable_batch_size(_fits_up_to(20, tried), starting_batch_size=128)
+    assert train(3) == 16 * 3
+    assert tried == [128, 64, 32, 16]
+
+
+def test_decorator_form_and_keyword_arguments():
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=16)
+    def train(batch_size, model=None):
+        tried.append((batch_size, model))
+        if batch_size > 4:
+            raise torch.OutOfMemoryError("out of memory")
+        return batch_size
+
+    assert train(model="m") == 4
+    assert tried == [(16, "m"), (8, "m"), (4, "m")]
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "CUDA out of memory. Tried to allocate 20.00 MiB",
+        "[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried",
+        "XPU out of memory. Tried to allocate 1 GiB",
+        "MPS backend out of memory (MPS allocated: 1 GB)",
+        "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED. This error may appear if you passed in a ...",
+    ],
+)
+def test_recognised_out_of_memory_messages(message):
+    assert should_reduce_batch_size(RuntimeError(message))
+    assert not should_reduce_batch_size(ValueError(message))
+
+
+def test_real_cpu_allocation_failure_is_recognised():
+    with pytest.raises(RuntimeError) as info:
+        torch.empty(2**62, dtype=torch.uint8)
+    assert should_reduce_batch_size(info.value)
+
+
+def test_custom_reduction_function():
+    tried: list[int] = []
+    sizes = iter([100, 10])
+    train = find_executable_batch_size(
+        _fits_up_to(10, tried), starting_batch_size=1000, reduce_batch_size_fn=lambda: next(sizes)
+    )
+    assert train() == 10
+    assert tried == [1000, 100, 10]
+
+
+def test_reaching_zero_raises():
+    tried: list[int] = []
+    train = find_executable_batch_size(_fits_up_to(0, tried), starting_batch_size=4)
+    with pytest.raises(RuntimeError, match=r"^No executable batch size found, reached zero\.$"):
+        train()
+    assert tried == [4, 2, 1]
+
+
+def test_other_errors_propagate_without_retry():
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=8)
+    def train(batch_size):
+        tried.append(batch_size)
+        raise KeyError("missing column")
+
+    with pytest.raises(KeyError, match="missing column"):
+        train()
+    assert tried == [8]
+
+
+def test_passing_the_batch_size_is_a_type_error():
+    tried: list[int] = []
+    train = find_executable_batch_size(_fits_up_to(8, tried), starting_batch_size=8)
+    with pytest.raises(TypeError, match=r"batch size looks passed in.*call `train\(2\)`"):
+        train(8, 2)
+    with pytest.raises(TypeError, match="called with batch_size=8"):
+        train(batch_size=8)
+    assert tried == []
+
+
+def test_function_without_parameters_is_a_type_error():
+    def train():
+        return 1
+
+    with pytest.raises(TypeError, match=r"def train\(batch_size, \.\.\.\)"):
+        find_executable_batch_size(train)
+
+
+def test_a_later_call_starts_from_the_last_size():
+    tried: list[int] = []
+    train = find_executable_batch_size(_fits_up_to(40, tried), starting_batch_size=128)
+    assert train() == 32
+    assert train() == 32
+    assert tried == [128, 64, 32, 32]
+
+
+def test_release_memory_returns_nones_and_frees_the_objects():
+    import weakref
+
+    big = torch.ones(1000)
+    model = torch.nn.Linear(4, 4)
+    ref = weakref.ref(model)
+    released = release_memory(big, model)
+    assert released == [None, None]
+    del model
+    assert ref() is None
+
+
+def agreement_worker():
+    """Rank 0 fits 64, rank 1 only 32: both must try the same sizes and end at 32."""
+    torch.distributed.init_process_group("gloo")
+    rank = torch.distributed.get_rank()
+    limit = 64 if rank == 0 else 32
+    tried: list[int] = []
+    train = find_executable_batch_size(_fits_up_to(limit, tried), starting_batch_size=128)
+    found = train()
+    out = {"rank": rank, "found": found, "tried": tried}
+    with open(os.path.join(os.environ["OUT"], f"rank{rank}.json"), "w") as f:
+        json.dump(out, f)
+    torch.distributed.destroy_process_group()
+
+
+def other_error_worker():
+    """Rank 1 fails with a non-OOM error: rank 0 must not hang and must name the cause."""
+    torch.distributed.init_process_group("gloo")
+    rank = torch.distributed.get_rank()
+
+    @find_executable_batch_size(starting_batch_size=8)
+    def train(batch_size):
+        if rank == 1:
+            raise KeyError("rank 1 broke")
+        return batch_size
+
+    try:
+        train()
+    except Exception as exc:
+        print(json.dumps({"rank": rank, "error": type(exc).__name__, "message": str(exc)}))
+    torch.distributed.destroy_process_group()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_processes_agree_on_the_batch_size(tmp_path):
+    run_workers(2, function=f"{__file__}::agreement_worker", env={"OUT": str(tmp_path)}, timeout=90)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    assert results[0]["found"] == results[1]["found"] == 32
+    assert results[0]["tried"] == results[1]["tried"] == [128, 64, 32]
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_non_oom_error_on_one_process_stops_all(tmp_path):
+    results = run_workers(2, function=f"{__file__}::other_error_worker", timeout=90)
+    reports = [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
+    assert reports[1] == {"rank": 1, "error": "KeyError", "message": "'rank 1 broke'"}
+    assert reports[0]["error"] == "RuntimeError"
+    assert "another process failed at batch_size=8" in reports[0]["message"]
