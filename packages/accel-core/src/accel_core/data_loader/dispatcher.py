@@ -1,0 +1,217 @@
+"""DataLoaderDispatcher: the main process loads every batch and hands each process its slice."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from accel_core.data_loader.loader_state import DataLoaderStateMixin
+from accel_core.data_loader.samplers import get_sampler
+from accel_core.data_loader.shard_loader import STATEFUL_UNSUPPORTED
+from accel_core.gradient_state import GradientState
+
+SliceFn = Callable[..., Any]
+
+
+def _is_datapipe(dataset: Any) -> bool:
+    # Creating a DataLoader iterator over a DataPipe runs a collective (seed sharing) on every
+    # process, so every process must create one even though only the main one reads from it.
+    try:
+        from torch.utils.data import IterDataPipe
+    except ImportError:
+        return False
+    return isinstance(dataset, IterDataPipe)
+
+
+class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
+    """A ``DataLoader`` read on the main process only, whose batches are broadcast and sliced.
+
+    Process 0 reads one batch (``split_batches=True``) or ``num_processes`` batches concatenated
+    (``split_batches=False``), broadcasts the result, and every process keeps slice
+    ``process_index`` of it. Use it for datasets that cannot be sharded (a stream read once, a
+    generator with side effects). Every batch must be made of tensors (nested in lists, tuples or
+    dicts) whose first dimension is the batch; batches of one step must have the same shape.
+
+    A last global batch whose size does not divide by ``num_processes`` is completed with the
+    first samples of the epoch (unless the original loader dropped its last batch).
+    ``remainder`` then holds the real size of that last global batch.
+
+    Args:
+        dataset: the dataset read on the main process.
+        split_batches: slice each batch of the loader across processes instead of concatenating
+            ``num_processes`` batches.
+        skip_batches: batches (of this process) to skip at the start of each iteration.
+        use_stateful_dataloader: not supported (raises).
+        slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)`` that cuts a batch;
+            defaults to ``accel_ops.slice_tensors``.
+        iteration: the epoch the next iteration starts from.
+        **kwargs: every other ``DataLoader`` argument.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        split_batches: bool = False,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        _drop_last: bool = False,
+        _non_blocking: bool = False,
+        slice_fn: SliceFn | None = None,
+        iteration: int = 0,
+        **kwargs: Any,
+    ) -> None:
+        if use_stateful_dataloader:
+            raise NotImplementedError(STATEFUL_UNSUPPORTED)
+        super().__init__(dataset, **kwargs)
+        from accel_ops import PartialState, slice_tensors
+
+        self.split_batches = split_batches
+        self.skip_batches = skip_batches
+        self.use_stateful_dataloader = False
+        self.gradient_state = GradientState()
+        self.state = PartialState()
+        self._drop_last = _drop_last
+        self._non_blocking = _non_blocking
+        self.slice_fn: SliceFn = slice_tensors if slice_fn is None else slice_fn
+        self.iteration = iteration
+        self.reset()
+
+    def _fetch(self, iterator: Iterator[Any] | None) -> tuple[Any, Any]:
+        """The next global batch (main process; ``None`` elsewhere) and, everywhere, its layout.
+
+        The layout is ``None`` once the main process has nothing left to send.
+        """
+        from accel_ops import broadcast_object_list, concatenate, get_data_structure
+
+        batch = None
+        if iterator is not None and self.state.process_index == 0:
+            wanted = 1 if self.split_batches else self.state.num_processes
+            pieces = []
+            for _ in range(wanted):
+                try:
+                    pieces.append(next(iterator))
+                except StopIteration:
+                    break
+            complete = len(pieces) == wanted
+            if pieces and (complete or not self._drop_last):
+                batch = pieces[0] if len(pieces) == 1 else self._concatenate(concatenate, pieces)
+        layout = [None if batch is None else get_data_structure(batch)]
+        broadcast_object_list(layout, from_process=0)
+        return batch, layout[0]
+
+    @staticmethod
+    def _concatenate(concatenate: Callable[..., Any], pieces: list[Any]) -> Any:
+        try:
+            return concatenate(pieces, dim=0)
+        except RuntimeError as error:
+            raise RuntimeError(
+                "DataLoaderDispatcher could not concatenate batches of different shapes. Pass "
+                "split_batches=True (the main process then slices one full batch), or "
+                "dispatch_batches=False so that each process loads its own batches."
+            ) from error
+
+    def __iter__(self) -> Iterator[Any]:
+        from accel_ops import (
+            broadcast,
+            concatenate,
+            find_batch_size,
+            initialize_tensors,
+            send_to_device,
+        )
+
+        rank, world = self.state.process_index, self.state.num_processes
+        self.begin()
+        try:
+            self.set_epoch(self.iteration)
+            iterator = super().__iter__() if rank == 0 or _is_datapipe(self.dataset) else None
+            batch, layout = self._fetch(iterator)
+            first_samples = None
+            index = 0
+            while layout is not None:
+                if rank != 0:
+                    batch = initialize_tensors(layout)
+                batch = send_to_device(batch, self.state.device, non_blocking=self._non_blocking)
+                batch = broadcast(batch, from_process=0)
+                if first_samples is None and not self._drop_last:
+                    first_samples = self._cut(batch, slice(0, world))
+                observed = find_batch_size(batch)
+                upcoming, upcoming_layout = self._fetch(iterator)
+                is_last = upcoming_layout is None
+                share = observed // world
+                if is_last and not self._drop_last and observed % world != 0:
+                    batch = concatenate([batch, first_samples], dim=0)
+                    share += 1
+                mine = self._cut(batch, slice(rank * share, (rank + 1) * share))
+                if is_last:
+                    self.end_of_dataloader = True
+                    self.remainder = observed
+                if index >= self.skip_batches:
+                    yield mine
+                index += 1
+                batch, layout = upcoming, upcoming_layout
+            self.iteration += 1
+        finally:
+            self.end()
+
+    def _cut(self, batch: Any, part: slice) -> Any:
+        return self.slice_fn(
+            batch,
+            part,
+            process_index=self.state.process_index,
+            num_processes=self.state.num_processes,
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch of the loader and of its sampler (or dataset) for the next iteration."""
+        self.iteration = epoch
+        sampler = get_sampler(self)
+        if sampler is not None and hasattr(sampler, "set_epoch"):
+            sampler.set_epoch(epoch)
+        elif hasattr(self.dataset, "set_epoch"):
+            self.dataset.set_epoch(epoch)
+
+    def __len__(self) -> int:
+        batches = super().__len__()
+        if not self.split_batches:
+            rounds = batches / self.state.num_processes
+            batches = math.floor(rounds) if self._drop_last else math.ceil(rounds)
+        return max(0, batches - self.skip_batches)
+
+    @property
+    def _base_batch_size(self) -> int:
+        if self.batch_size is not None:
+            return int(self.batch_size)
+        return int(self.batch_sampler.batch_size)  # type: ignore[union-attr]
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per step, all processes together."""
+        if self.split_batches:
+            return self._base_batch_size
+        return self._base_batch_size * self.state.num_processes
+
+    @property
+    def total_dataset_length(self) -> int:
+        """Length of the dataset read on the main process."""
+        return len(self.dataset)  # type: ignore[arg-type]
+
+    def _samples_per_epoch(self) -> int:
+        sampler = get_sampler(self)
+        if sampler is not None:
+            try:
+                return len(sampler)  # type: ignore[arg-type]
+            except TypeError:
+                pass
+        return self.total_dataset_length
+
+    def get_sampler(self) -> Sampler | None:
+        """The index sampler of the loader read on the main process."""
+        return get_sampler(self)
+
+    def set_sampler(self, sampler: Sampler) -> None:
+        """Replace the index sampler of the loader read on the main process."""
+        if self.batch_sampler is not None:
+            self.batch_sampler.sampler = sampler

@@ -1,0 +1,74 @@
+"""What every prepared loader shares: registration with GradientState and DataLoader settings."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch.utils.data import DataLoader
+
+from accel_core.gradient_state import GradientState
+
+# DataLoader arguments that the prepared loaders set themselves from the (sharded) sampler.
+_SAMPLING_ARGUMENTS = frozenset(
+    {"self", "dataset", "batch_size", "shuffle", "sampler", "batch_sampler", "drop_last"}
+)
+
+
+def dataloader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
+    """The loading settings of ``dataloader`` (workers, collate_fn, pin_memory, generator...).
+
+    Every ``DataLoader.__init__`` argument of the installed torch except the ones that choose the
+    samples, read back from the loader's attributes, so a rebuilt loader loads the same way.
+    """
+    names = inspect.signature(DataLoader.__init__).parameters
+    return {
+        name: getattr(dataloader, name)
+        for name in names
+        if name not in _SAMPLING_ARGUMENTS and hasattr(dataloader, name)
+    }
+
+
+class DataLoaderStateMixin:
+    """Tracks the end of iteration and the size of the last batch, and tells ``GradientState``.
+
+    A loader using it calls ``begin()`` when an iteration starts and ``end()`` when it stops, and
+    sets ``end_of_dataloader`` just before yielding its last batch.
+
+    Attributes:
+        end_of_dataloader: the batch just yielded is the last one of this iteration.
+        remainder: real samples in the last global batch (0 when full, -1 when unknown).
+    """
+
+    end_of_dataloader: bool = False
+    remainder: int = -1
+    gradient_state: GradientState
+    _drop_last: bool = False
+
+    def reset(self) -> None:
+        """Forget the previous iteration's end flag and remainder."""
+        self.end_of_dataloader = False
+        self.remainder = -1
+
+    def begin(self) -> None:
+        """Start an iteration: compute the remainder when it is known and register the loader."""
+        self.reset()
+        if not self._drop_last:
+            try:
+                self.remainder = self._samples_per_epoch() % self.total_batch_size
+            except (TypeError, AttributeError, NotImplementedError, ZeroDivisionError):
+                self.remainder = -1  # an unsized dataset, or a sampler without a batch size
+        self.gradient_state._add_dataloader(self)
+
+    def end(self) -> None:
+        """Finish an iteration: unregister the loader from ``GradientState``."""
+        self.gradient_state._remove_dataloader(self)
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per step, all processes together."""
+        raise NotImplementedError
+
+    def _samples_per_epoch(self) -> int:
+        """Samples drawn per epoch, all processes together, before any padding."""
+        raise NotImplementedError

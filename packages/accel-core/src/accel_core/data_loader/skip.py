@@ -1,0 +1,148 @@
+"""Resuming mid-epoch: loaders that skip the batches already seen."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
+
+from accel_core.data_loader.dispatcher import DataLoaderDispatcher
+from accel_core.data_loader.loader_state import DataLoaderStateMixin, dataloader_kwargs
+from accel_core.data_loader.shard_loader import STATEFUL_UNSUPPORTED, DataLoaderShard
+from accel_core.gradient_state import GradientState
+
+
+class SkipBatchSampler(BatchSampler):
+    """A batch sampler yielding the batches of ``batch_sampler`` after the first ``skip_batches``.
+
+    Other attributes (``batch_size``, ``drop_last``, ``num_processes``, ``split_batches``...) are
+    read from the wrapped sampler.
+    """
+
+    def __init__(self, batch_sampler: BatchSampler | Any, skip_batches: int = 0) -> None:
+        self.batch_sampler = batch_sampler
+        self.skip_batches = skip_batches
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "batch_sampler":  # not set yet (unpickling): avoid infinite recursion
+            raise AttributeError(name)
+        return getattr(self.batch_sampler, name)
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        for index, batch in enumerate(self.batch_sampler):
+            if index >= self.skip_batches:
+                yield batch
+
+    @property
+    def total_length(self) -> int:
+        """Number of batches of the wrapped sampler, skipped ones included."""
+        return len(self.batch_sampler)
+
+    def __len__(self) -> int:
+        return max(0, len(self.batch_sampler) - self.skip_batches)
+
+
+class SkipDataLoader(DataLoader, DataLoaderStateMixin):
+    """A ``DataLoader`` that drops the first ``skip_batches`` batches of each iteration.
+
+    It still loads the skipped batches (needed for iterable datasets); for map-style datasets
+    :func:`skip_first_batches` skips indices instead, without loading.
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        if use_stateful_dataloader:
+            raise NotImplementedError(STATEFUL_UNSUPPORTED)
+        super().__init__(dataset, **kwargs)
+        self.skip_batches = skip_batches
+        self.gradient_state = GradientState()
+        self._drop_last = bool(kwargs.get("drop_last", False))
+        self.reset()
+
+    def __iter__(self) -> Iterator[Any]:
+        self.begin()
+        try:
+            for index, batch in enumerate(super().__iter__()):
+                if index >= self.skip_batches:
+                    yield batch
+        finally:
+            self.end()
+
+    def __len__(self) -> int:
+        return max(0, super().__len__() - self.skip_batches)
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per batch (a plain, unsharded loader)."""
+        return int(self.batch_size)  # type: ignore[arg-type]
+
+    def _samples_per_epoch(self) -> int:
+        return len(self.dataset)  # type: ignore[arg-type]
+
+
+def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoader:
+    """A copy of ``dataloader`` whose next iteration starts after its first ``num_batches`` batches.
+
+    ``num_batches`` counts the batches this process sees, so after a checkpoint taken at step
+    ``k`` of an epoch, ``skip_first_batches(train_loader, k)`` resumes at step ``k``. Works on
+    plain ``DataLoader`` objects and on prepared ones (sharded or dispatched), keeping their
+    device, epoch and generator settings. Map-style datasets skip indices without loading them;
+    iterable datasets load and drop the skipped batches. The skip applies to every iteration of
+    the returned loader: iterate the original loader for the following epochs.
+    """
+    if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
+        raise ValueError(
+            f"skip_first_batches: num_batches must be an integer >= 0, got {num_batches!r}."
+        )
+    dataset = dataloader.dataset
+    kwargs = dataloader_kwargs(dataloader)
+    iterable = isinstance(dataset, IterableDataset)
+    batch_sampler_is_sampler = isinstance(dataloader.sampler, BatchSampler)
+    if iterable:
+        new_batch_sampler = None
+        kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
+    else:
+        source = dataloader.sampler if batch_sampler_is_sampler else dataloader.batch_sampler
+        skipped = num_batches
+        if isinstance(dataloader, DataLoaderDispatcher) and not dataloader.split_batches:
+            # Each dispatched step concatenates num_processes batches of the underlying loader.
+            skipped = num_batches * dataloader.state.num_processes
+        new_batch_sampler = SkipBatchSampler(source, skip_batches=skipped)
+        if batch_sampler_is_sampler:
+            kwargs.update(sampler=new_batch_sampler, batch_size=dataloader.batch_size)
+        else:
+            kwargs.update(batch_sampler=new_batch_sampler)
+
+    if isinstance(dataloader, DataLoaderDispatcher):
+        kwargs.pop("generator", None)
+        return DataLoaderDispatcher(
+            dataset,
+            split_batches=dataloader.split_batches,
+            skip_batches=num_batches if iterable else 0,
+            _drop_last=dataloader._drop_last,
+            _non_blocking=dataloader._non_blocking,
+            slice_fn=dataloader.slice_fn,
+            iteration=dataloader.iteration,
+            **kwargs,
+        )
+    if isinstance(dataloader, DataLoaderShard):
+        return DataLoaderShard(
+            dataset,
+            device=dataloader.device,
+            rng_types=dataloader.rng_types,
+            synchronized_generator=dataloader.synchronized_generator,
+            skip_batches=num_batches if iterable else 0,
+            _drop_last=dataloader._drop_last,
+            _non_blocking=dataloader._non_blocking,
+            iteration=dataloader.iteration,
+            **kwargs,
+        )
+    if iterable:
+        return SkipDataLoader(dataset, skip_batches=num_batches, **kwargs)
+    return DataLoader(dataset, **kwargs)
