@@ -1,0 +1,12 @@
+"""File names used in checkpoints, with Accelerate's values so checkpoints interoperate."""
+
+SAFE_WEIGHTS_NAME = "model.safetensors"
+SAFE_WEIGHTS_INDEX_NAME = f"{SAFE_WEIGHTS_NAME}.index.json"
+WEIGHTS_NAME = "pytorch_model.bin"
+WEIGHTS_INDEX_NAME = f"{WEIGHTS_NAME}.index.json"
+MODEL_NAME = "pytorch_model"
+OPTIMIZER_NAME = "optimizer"
+SCHEDULER_NAME = "scheduler"
+SAMPLER_NAME = "sampler"
+SCALER_NAME = "scaler.pt"
+RNG_STATE_NAME = "random_states"
