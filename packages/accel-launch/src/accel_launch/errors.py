@@ -1,0 +1,11 @@
+"""The errors the ``accel`` command reports: one line that says what was wrong and how to fix it."""
+
+from __future__ import annotations
+
+
+class AccelLaunchError(Exception):
+    """A problem the user can fix (a bad flag, config value or environment); printed without a traceback."""
+
+
+class ConfigError(AccelLaunchError, ValueError):
+    """A config file, flag or environment value that is unknown or not allowed."""

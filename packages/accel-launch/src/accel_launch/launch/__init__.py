@@ -1,0 +1,1 @@
+"""``accel launch``: resolve the configuration, build the worker environment, start the job."""

@@ -1,0 +1,109 @@
+"""Start the job: one process in place, or several under torch's elastic agent.
+
+torch is imported here and only here (lazily, when a job with several processes starts): the
+elastic agent (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs) starts,
+watches and stops the workers. ``accel`` has no process manager of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import uuid
+
+from accel_launch.launch.resolve import LaunchPlan
+from accel_launch.launch.summary import print_failure_summary
+
+
+def worker_command(script: str, script_args: list[str], module: bool, no_python: bool) -> list[str]:
+    """The command one process runs (for a single process it is exec'd as is)."""
+    if no_python:
+        return [script, *script_args]
+    if module:
+        return [sys.executable, "-m", script, *script_args]
+    return [sys.executable, script, *script_args]
+
+
+def run_single(command: list[str], env: dict[str, str]) -> int:
+    """Replace this process with the one worker (no launcher process stays behind)."""
+    full_env = {**os.environ, **env}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:
+        os.execvpe(command[0], command, full_env)
+    except OSError as error:
+        print(f"accel launch: cannot start {command[0]!r}: {error}", file=sys.stderr)
+        return 127
+    return 0  # not reached
+
+
+def run_elastic(
+    plan: LaunchPlan,
+    port: int,
+    script: str,
+    script_args: list[str],
+    module: bool,
+    no_python: bool,
+    env: dict[str, str],
+    quiet: bool = False,
+) -> int:
+    """Run the job under torch's elastic agent; returns the exit code for ``accel launch``.
+
+    On a worker failure the agent stops the other workers (it checks every ``monitor_interval``
+    seconds); a short summary (rank, machine, exception, last output lines) is printed first,
+    torch's own report after it. SIGINT/SIGTERM make the agent stop every worker and we exit
+    with 128 + the signal number.
+    """
+    os.environ.update(env)
+    if quiet:
+        os.environ.setdefault("LOGLEVEL", "ERROR")
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    if quiet:
+        import logging
+
+        logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
+
+    log_dir = tempfile.mkdtemp(prefix="accel_launch_")
+    machines = int(plan["num_machines"])
+    backend = str(plan["rdzv_backend"])
+    rdzv_configs: dict[str, object] = {"timeout": 900}
+    if backend == "static":
+        rdzv_configs["rank"] = int(plan["machine_rank"])
+    config = LaunchConfig(
+        min_nodes=machines,
+        max_nodes=machines,
+        nproc_per_node=plan.nproc_per_node,
+        run_id=os.environ.get("ACCEL_RUN_ID", "none" if backend == "static" else uuid.uuid4().hex),
+        role="default",
+        rdzv_endpoint=f"{plan['main_process_ip']}:{port}",
+        rdzv_backend=backend,
+        rdzv_configs=rdzv_configs,
+        max_restarts=int(plan["max_restarts"]),
+        monitor_interval=float(plan["monitor_interval"]),
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+    )
+    if no_python:
+        entrypoint, args = script, list(script_args)
+    else:
+        entrypoint = sys.executable
+        target = ["-m", script] if module else [script]
+        args = ["-u", "-m", "accel_launch.launch.worker", *target, *script_args]
+    try:
+        elastic_launch(config, entrypoint)(*args)
+    except ChildFailedError as error:
+        print_failure_summary(error.failures, int(plan["machine_rank"]), log_dir)
+        print(error.format_msg(), file=sys.stderr)
+        _, first = error.get_first_failure()
+        code = first.exitcode
+        if code < 0:
+            return 128 - code
+        return code if 0 < code < 256 else 1
+    except SignalException as error:
+        print(f"accel launch: stopped by {error.sigval.name}; all workers were stopped.", file=sys.stderr)
+        return 128 + int(error.sigval)
+    return 0

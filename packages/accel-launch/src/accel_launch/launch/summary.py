@@ -1,0 +1,81 @@
+"""The short failure summary printed before torch's long report: who failed, why, last output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from accel_launch.launch.worker import OUTPUT_LOG
+
+TAIL_LINES = 10
+
+
+def _exit_reason(exitcode: int) -> str:
+    if exitcode < 0:
+        try:
+            return f"was killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+def _exception(error_file: str) -> str | None:
+    try:
+        with open(error_file, encoding="utf-8") as file:
+            data = json.load(file)
+    except (OSError, ValueError):
+        return None
+    message = data.get("message")
+    if isinstance(message, dict):
+        message = message.get("message")
+    return str(message) if message else None
+
+
+def _tail(error_file: str, lines: int = TAIL_LINES) -> list[str]:
+    if not error_file:
+        return []
+    path = os.path.join(os.path.dirname(error_file), OUTPUT_LOG)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as file:
+            text = file.read()
+    except OSError:
+        return []
+    return text.rstrip("\n").splitlines()[-lines:]
+
+
+def format_failure_summary(failures: Mapping[int, Any], machine_rank: int) -> str:
+    """The summary text for torch's ``ChildFailedError.failures`` (global rank -> ProcessFailure)."""
+    host = socket.gethostname()
+    out = [f"accel launch: the job failed on machine {machine_rank} ({host}):"]
+    first = min(failures, key=lambda rank: (failures[rank].timestamp, rank)) if failures else None
+    order = sorted(failures, key=lambda rank: (rank != first, rank))
+    for rank in order:
+        failure = failures[rank]
+        reason = _exit_reason(int(failure.exitcode))
+        if rank != first and int(failure.exitcode) == -signal.SIGTERM:
+            out.append(f"  rank {rank} (local rank {failure.local_rank}) was stopped by the agent")
+            continue
+        out.append(
+            f"  rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {reason}"
+        )
+        error_file = getattr(failure, "error_file", "") or ""
+        exception = _exception(error_file) if error_file else None
+        if exception:
+            out.append(f"    exception: {exception}")
+        tail = _tail(error_file)
+        if tail:
+            out.append(f"    last {len(tail)} lines of its output:")
+            out += [f"      | {line}" for line in tail]
+    out.append("")
+    return "\n".join(out)
+
+
+def print_failure_summary(failures: Mapping[int, Any], machine_rank: int, log_dir: str) -> None:
+    """Print :func:`format_failure_summary` to stderr, with where the full logs are."""
+    text = format_failure_summary(failures, machine_rank)
+    print(text + f"  full per-rank logs: {log_dir}\n", file=sys.stderr, flush=True)
