@@ -125,3 +125,15 @@ def test_refuses_to_launch_from_a_process_with_a_process_group(tmp_path):
     with pytest.raises(RuntimeError, match=r"already has a torch\.distributed process group"):
         debug_launcher(write_rank, args=(str(tmp_path), "never"))
     assert not list(tmp_path.glob("never-*"))
+
+
+def test_refuses_to_launch_after_the_process_state_exists(tmp_path):
+    from accel_ops import PartialState
+
+    PartialState(cpu=True)
+    try:
+        with pytest.raises(RuntimeError, match=r"after PartialState\(\) or Accelerator\(\)"):
+            notebook_launcher(write_rank, args=(str(tmp_path), "never"), num_processes=2)
+    finally:
+        PartialState._reset_state()
+    assert not list(tmp_path.glob("never-*"))

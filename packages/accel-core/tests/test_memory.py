@@ -149,8 +149,9 @@ def agreement_worker():
 
 def other_error_worker():
     """Rank 1 fails with a non-OOM error: rank 0 must not hang and must name the cause."""
-    torch.distributed.init_process_group("gloo")
-    rank = torch.distributed.get_rank()
+    from accel_ops import PartialState
+
+    rank = PartialState().process_index
 
     @find_executable_batch_size(starting_batch_size=8)
     def train(batch_size):
@@ -162,7 +163,7 @@ def other_error_worker():
         train()
     except Exception as exc:
         print(json.dumps({"rank": rank, "error": type(exc).__name__, "message": str(exc)}))
-    torch.distributed.destroy_process_group()
+    PartialState().destroy_process_group()
 
 
 @pytest.mark.multiprocess

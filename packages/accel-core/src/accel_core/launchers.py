@@ -59,10 +59,8 @@ def _check_picklable(function: Callable[..., Any], launcher: str) -> None:
 
 def _accel_state_initialized() -> bool:
     """Whether accel's process state exists here already (forked workers would inherit it)."""
-    ops = sys.modules.get("accel_ops")
-    state_cls = getattr(ops, "PartialState", None) if ops is not None else None
-    shared = getattr(state_cls, "_shared_state", None)
-    return bool(shared)
+    ops = sys.modules.get("accel_ops")  # not imported yet: no state either
+    return ops is not None and bool(ops.is_initialized())
 
 
 def _check_parent_is_clean(launcher: str, start_method: str) -> None:

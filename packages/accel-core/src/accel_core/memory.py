@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 import torch
 
+import accel_ops
+
 _R = TypeVar("_R")
 
 # Substrings of the messages torch raises when an allocation fails (CUDA/ROCm, XPU, MPS, CPU) or
@@ -79,7 +81,9 @@ def should_reduce_batch_size(exception: BaseException) -> bool:
 
 
 def _process_group_size() -> int:
-    """World size of the default process group, 1 when none is initialised."""
+    """Number of processes collectives reach: the PartialState's, or the default group's."""
+    if accel_ops.is_initialized():
+        return accel_ops.PartialState().num_processes
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size()
@@ -87,14 +91,15 @@ def _process_group_size() -> int:
 
 
 def _all_reduce_max(values: list[int]) -> list[int]:
-    """Element-wise maximum of ``values`` over every process of the default group."""
-    dist = torch.distributed
-    device = torch.device("cpu")
-    if dist.get_backend() == "nccl":
+    """Element-wise maximum of ``values`` over every process (accel_ops.reduce)."""
+    if accel_ops.is_initialized():
+        device = accel_ops.PartialState().device
+    elif torch.distributed.get_backend() == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        device = torch.device("cpu")
     tensor = torch.tensor(values, dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return [int(v) for v in tensor.tolist()]
+    return [int(v) for v in accel_ops.reduce(tensor, reduction="max").tolist()]
 
 
 def _check_call(function: Callable[..., Any], args: tuple, kwargs: dict) -> None:
