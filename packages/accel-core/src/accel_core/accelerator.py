@@ -1,0 +1,559 @@
+"""``Accelerator``: the one object a training script talks to.
+
+It reads the launch environment, chooses a :class:`~accel_core.Strategy` through the resolver,
+and then only delegates: preparation (:mod:`accel_core.preparation`), accumulation
+(:mod:`accel_core.accumulation`), metrics gathering (:mod:`accel_core.metrics`), precision
+(:mod:`accel_core.precision`), process queries (:mod:`accel_core.process_api`). It never branches
+on the kind of distribution: the strategy answers for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+import weakref
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import torch
+
+from accel_core import accumulation, metrics, preparation, profiling
+from accel_core.configuration import (
+    DataLoaderConfiguration,
+    ProjectConfiguration,
+    TorchDynamoPlugin,
+)
+from accel_core.kwargs_handlers import (
+    AutocastKwargs,
+    GradScalerKwargs,
+    InitProcessGroupKwargs,
+    KwargsHandler,
+    ProfileKwargs,
+    collect_handlers,
+)
+from accel_core.optimizer import AcceleratedOptimizer
+from accel_core.precision import Precision
+from accel_core.process_api import ProcessMixin
+from accel_core.scheduler import AcceleratedScheduler
+from accel_core.state import AcceleratorState
+from accel_core.strategies import Strategy, SupportsJoin, resolve_strategy
+
+_NOT_YET = (
+    "{what} is not available in accel-core 0.1.0: checkpointing and experiment trackers come in a "
+    "later release. Until then save with accelerator.get_state_dict(model) and accelerator.save()."
+)
+
+
+def _not_yet(what: str) -> NotImplementedError:
+    return NotImplementedError(_NOT_YET.format(what=what))
+
+
+class Accelerator(ProcessMixin):
+    """Prepare a PyTorch training loop for any number of processes, precision and accumulation.
+
+    Args:
+        device_placement: move prepared models and batches to ``accelerator.device``.
+        split_batches: deprecated spelling of ``DataLoaderConfiguration(split_batches=...)``.
+        mixed_precision: ``"no"``, ``"fp16"`` (needs a GPU) or ``"bf16"``; default from
+            ``ACCEL_MIXED_PRECISION``, else ``"no"``.
+        gradient_accumulation_steps: batches per optimizer step (>= 1); default from
+            ``ACCEL_GRADIENT_ACCUMULATION_STEPS``, else 1.
+        cpu: run on CPU even if an accelerator is present (also ``ACCEL_USE_CPU``).
+        dataloader_config: how data loaders are sharded.
+        deepspeed_plugin, fsdp_plugin: choose the DeepSpeed or FSDP strategy (accel-backends).
+        rng_types: generators synchronised at each epoch (default ``["generator"]``).
+        log_with, project_dir, project_config: stored; trackers and checkpoints come later.
+        gradient_accumulation_plugin: full accumulation options (instead of the steps count).
+        step_scheduler_with_optimizer: advance prepared schedulers only with optimizer steps.
+        kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
+            ``InitProcessGroupKwargs``, ``AutocastKwargs``, ``ProfileKwargs``.
+        dynamo_backend, dynamo_plugin: compile prepared models with ``torch.compile``; default
+            from ``ACCEL_DYNAMO_BACKEND``.
+        strategy: a strategy name (``"single_device"``, ``"ddp"``, or one installed by
+            accel-backends) or a :class:`~accel_core.Strategy`; default from ``ACCEL_STRATEGY``,
+            else ``"ddp"`` with several processes and ``"single_device"`` with one.
+    """
+
+    def __init__(
+        self,
+        device_placement: bool = True,
+        split_batches: bool | None = None,
+        mixed_precision: str | None = None,
+        gradient_accumulation_steps: int | None = None,
+        cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        rng_types: list[Any] | None = None,
+        log_with: Any = None,
+        project_dir: str | os.PathLike[str] | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: Any = None,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: list[KwargsHandler] | None = None,
+        dynamo_backend: Any = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        strategy: str | Strategy | None = None,
+    ) -> None:
+        from accel_core.gradient_state import GradientState
+        from accel_ops import LaunchEnvironment
+
+        environment = LaunchEnvironment.from_environ()
+        self.handlers = collect_handlers(kwargs_handlers)
+        init_handler = self.handlers.get(InitProcessGroupKwargs)
+        self.state = AcceleratorState(
+            mixed_precision=mixed_precision,
+            cpu=cpu,
+            dynamo_plugin=_dynamo_plugin(dynamo_backend, dynamo_plugin, environment),
+            _from_accelerator=True,
+            **(init_handler.to_kwargs() if init_handler is not None else {}),
+        )
+        self.strategy = resolve_strategy(
+            strategy,
+            launch_strategy=environment.strategy,
+            launch_options=environment.strategy_config,
+            world_size=self.state.num_processes,
+            kwargs_handlers=list(self.handlers.values()),
+            plugins={"deepspeed": deepspeed_plugin, "fsdp": fsdp_plugin},
+        )
+        self.strategy.setup_environment(self.state)
+        self.state._set_strategy(self.strategy)
+        self.precision = Precision(
+            self.state.mixed_precision,
+            self.device,
+            autocast_handler=self.handlers.get(AutocastKwargs),
+            scaler_handler=self.handlers.get(GradScalerKwargs),
+            distributed_type=self.distributed_type,
+        )
+        self.scaler = self.precision.scaler
+        self.gradient_state = GradientState(
+            _accumulation_plugin(
+                gradient_accumulation_steps, gradient_accumulation_plugin, environment
+            )
+        )
+        self.dataloader_config = _dataloader_config(dataloader_config, split_batches)
+        self.device_placement = device_placement
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self.rng_types = rng_types if rng_types is not None else ["generator"]
+        self.project_configuration = project_config or ProjectConfiguration()
+        if project_dir is not None:
+            self.project_configuration.set_directories(project_dir)
+        self.log_with = log_with
+        self.trackers: list[Any] = []
+        self.step = 0
+        self._models: list[Any] = []
+        self._optimizers: list[Any] = []
+        self._schedulers: list[Any] = []
+        self._dataloaders: list[Any] = []
+        self._original_loaders: weakref.WeakSet[Any] = weakref.WeakSet()
+
+    # -- configuration read back ---------------------------------------------------------------
+
+    @property
+    def mixed_precision(self) -> str:
+        """``"no"``, ``"fp16"`` or ``"bf16"``."""
+        return self.precision.mode
+
+    @property
+    def native_amp(self) -> bool:
+        """Whether forward passes of prepared models run under autocast."""
+        return self.precision.native_amp
+
+    @property
+    def split_batches(self) -> bool:
+        return self.dataloader_config.split_batches
+
+    @property
+    def dispatch_batches(self) -> bool | None:
+        return self.dataloader_config.dispatch_batches
+
+    @property
+    def even_batches(self) -> bool:
+        return self.dataloader_config.even_batches
+
+    @even_batches.setter
+    def even_batches(self, value: bool) -> None:
+        self.dataloader_config.even_batches = value
+
+    @property
+    def use_seedable_sampler(self) -> bool:
+        return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        return self.dataloader_config.non_blocking
+
+    @property
+    def project_dir(self) -> str | None:
+        return self.project_configuration.project_dir
+
+    @property
+    def logging_dir(self) -> str | None:
+        return self.project_configuration.logging_dir
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step."""
+        return self.gradient_state.num_steps
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        _check_steps(steps)
+        self.gradient_state.plugin_kwargs.update({"num_steps": steps})
+
+    @property
+    def sync_gradients(self) -> bool:
+        """Whether this batch synchronises gradients and steps the optimizer."""
+        return self.gradient_state.sync_gradients
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state._set_sync_gradients(value)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """Whether the last optimizer step was skipped (fp16 overflow)."""
+        return any(opt.step_was_skipped for opt in self._optimizers)
+
+    # -- prepare -------------------------------------------------------------------------------
+
+    def prepare(self, *args: Any, device_placement: list[bool | None] | None = None) -> Any:
+        """Prepare models, optimizers, data loaders and schedulers, given in any order.
+
+        Returns the prepared objects in the order given (one object alone is returned as is).
+        """
+        placement = device_placement if device_placement is not None else [None] * len(args)
+        result = preparation.prepare_all(self, args, placement)
+        return result[0] if len(result) == 1 else tuple(result)
+
+    def prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+    ) -> torch.nn.Module:
+        """Move ``model`` to the device, run its forward in mixed precision, wrap it for the
+        strategy (not in ``evaluation_mode``) and compile it when a dynamo backend is set."""
+        if device_placement is None:
+            device_placement = self.device_placement
+        if len(preparation.dispatched_devices(model)) > 1:
+            device_placement = False  # accel-bigmodel placed it across devices already
+        self.precision.wrap_forward(model)
+        if evaluation_mode:
+            prepared = model.to(self.device) if device_placement else model
+        else:
+            prepared = self.strategy.wrap_model(model, device_placement=device_placement)
+        dynamo = self.state.dynamo_plugin
+        if dynamo.enabled:
+            prepared = torch.compile(prepared, **dynamo.to_kwargs())
+        self._models.append(prepared)
+        return prepared
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> torch.optim.Optimizer:
+        """Wrap ``optimizer`` so it skips steps while accumulating and steps through the scaler."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        if device_placement is None:
+            device_placement = self.device_placement
+        prepared = self.strategy.wrap_optimizer(
+            optimizer, device_placement=device_placement, scaler=self.scaler
+        )
+        self._optimizers.append(prepared)
+        return prepared
+
+    def prepare_data_loader(
+        self,
+        data_loader: torch.utils.data.DataLoader,
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Any = None,
+    ) -> torch.utils.data.DataLoader:
+        """Shard ``data_loader`` between the processes (see ``DataLoaderConfiguration``)."""
+        from accel_core.data_loader import prepare_data_loader
+
+        preparation.check_not_prepared(data_loader, self._original_loaders, self._dataloaders)
+        if device_placement is None:
+            device_placement = self.device_placement
+        config = self.dataloader_config
+        prepared = prepare_data_loader(
+            data_loader,
+            self.device,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            split_batches=config.split_batches,
+            put_on_device=device_placement,
+            rng_types=list(self.rng_types),
+            dispatch_batches=config.dispatch_batches,
+            even_batches=config.even_batches,
+            slice_fn_for_dispatch=slice_fn_for_dispatch,
+            use_seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed,
+            non_blocking=config.non_blocking,
+            use_stateful_dataloader=config.use_stateful_dataloader,
+        )
+        self._original_loaders.add(data_loader)
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap ``scheduler`` so it follows the prepared optimizer it schedules."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        inner = getattr(scheduler, "optimizer", None)
+        optimizers = [
+            opt for opt in self._optimizers if getattr(opt, "optimizer", opt) is inner
+        ] or self._optimizers
+        prepared = AcceleratedScheduler(
+            scheduler,
+            optimizers,
+            step_with_optimizer=self.step_scheduler_with_optimizer,
+            split_batches=self.split_batches,
+        )
+        self._schedulers.append(prepared)
+        return prepared
+
+    # -- the training step ---------------------------------------------------------------------
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Backpropagate ``loss``: divided by the accumulation steps, scaled for fp16."""
+        steps = self.gradient_state.num_steps
+        if steps > 1 and not getattr(self.strategy, "handles_accumulation", False):
+            loss = loss / steps
+        self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
+
+    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
+        """Context for one batch of gradient accumulation (see :mod:`accel_core.accumulation`)."""
+        return accumulation.accumulate(self, models)
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+        """Context in which backward passes do not synchronise ``model``'s gradients."""
+        return accumulation.no_sync(self, model)
+
+    def unscale_gradients(self, optimizer: Any = None) -> None:
+        """Divide fp16 gradients by the loss scale (before clipping or inspecting them)."""
+        if self.scaler is None:
+            return
+        optimizers = self._optimizers if optimizer is None else optimizer
+        if not isinstance(optimizers, (list, tuple)):
+            optimizers = [optimizers]
+        for opt in optimizers:
+            while isinstance(opt, AcceleratedOptimizer):
+                opt = opt.optimizer
+            self.scaler.unscale_(opt)
+
+    def clip_grad_norm_(
+        self, parameters: Iterable[torch.nn.Parameter], max_norm: float, norm_type: float = 2
+    ) -> torch.Tensor:
+        """Clip the gradient norm of ``parameters``; returns the total norm before clipping."""
+        self.unscale_gradients()
+        return self.strategy.clip_gradients_norm(parameters, max_norm, norm_type)
+
+    def clip_grad_value_(self, parameters: Iterable[torch.nn.Parameter], clip_value: float) -> None:
+        """Clamp the gradients of ``parameters`` into ``[-clip_value, clip_value]``."""
+        self.unscale_gradients()
+        self.strategy.clip_gradients_value(parameters, clip_value)
+
+    def autocast(
+        self, autocast_handler: AutocastKwargs | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """The mixed-precision autocast context (a null context with ``mixed_precision="no"``)."""
+        return self.precision.autocast(autocast_handler)
+
+    # -- collectives ---------------------------------------------------------------------------
+
+    def gather(self, tensor: Any) -> Any:
+        """Concatenate ``tensor`` (or a nested structure of them) from every process."""
+        from accel_ops import gather
+
+        return gather(tensor)
+
+    def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
+        """Gather evaluation results from every process, dropping the samples the sharded loader
+        duplicated to even out its last batch. Non-tensor data goes through ``gather_object``."""
+        return metrics.gather_for_metrics(self, input_data, use_gather_object)
+
+    def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
+        """Reduce ``tensor`` across processes (``"sum"``, ``"mean"``), every process gets it."""
+        from accel_ops import reduce
+
+        return reduce(tensor, reduction=reduction, scale=scale)
+
+    def pad_across_processes(
+        self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False
+    ) -> Any:
+        """Pad ``tensor`` along ``dim`` to the largest size among processes."""
+        from accel_ops import pad_across_processes
+
+        return pad_across_processes(tensor, dim=dim, pad_index=pad_index, pad_first=pad_first)
+
+    # -- models and memory ---------------------------------------------------------------------
+
+    def unwrap_model(
+        self,
+        model: torch.nn.Module,
+        keep_fp32_wrapper: bool = True,
+        keep_torch_compile: bool = True,
+    ) -> torch.nn.Module:
+        """The model inside the wrappers ``prepare`` added."""
+        return self.strategy.unwrap_model(model, keep_fp32_wrapper, keep_torch_compile)
+
+    def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
+        """The model's state dict as the strategy gathers it (call on every process)."""
+        if not unwrap:
+            return model.state_dict()
+        return self.strategy.model_state_dict(model)
+
+    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
+        """Write ``obj`` to ``f`` once (per node with ``save_on_each_node``), atomically."""
+        from accel_core.serialization import save
+
+        save(obj, f, self.project_configuration.save_on_each_node, safe_serialization)
+
+    def free_memory(self, *objects: Any) -> list[Any]:
+        """Forget every prepared object and release memory; returns ``objects`` as ``None``s."""
+        from accel_core.memory import release_memory
+
+        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
+        self.step = 0
+        return release_memory(*objects)
+
+    def clear(self, *objects: Any) -> list[Any]:
+        """Alias of :meth:`free_memory`."""
+        return self.free_memory(*objects)
+
+    def verify_device_map(self, model: torch.nn.Module) -> bool:
+        """Whether ``model`` was dispatched across several devices by accel-bigmodel."""
+        return len(preparation.dispatched_devices(model)) > 1
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that starts after ``num_batches`` batches (to resume mid-epoch)."""
+        from accel_core.data_loader import skip_first_batches
+
+        return skip_first_batches(dataloader, num_batches=num_batches)
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(
+        self, joinables: list[Any], even_batches: bool | None = None
+    ) -> Iterator[None]:
+        """Train on loaders of different lengths per process (torch's ``Join``).
+
+        ``even_batches`` overrides the prepared loaders' setting inside the block.
+        """
+        if not (self.use_distributed and isinstance(self.strategy, SupportsJoin)):
+            warnings.warn(
+                f"join_uneven_inputs has no effect with strategy {self.strategy.name!r} on "
+                f"{self.num_processes} process(es); the block runs as is.",
+                stacklevel=3,
+            )
+            yield
+            return
+        saved = []
+        if even_batches is not None:
+            for loader in self._dataloaders:
+                sampler = getattr(loader, "batch_sampler", None)
+                if hasattr(sampler, "even_batches"):
+                    saved.append((sampler, sampler.even_batches))
+                    sampler.even_batches = even_batches
+        try:
+            with self.strategy.join(joinables):
+                yield
+        finally:
+            for sampler, value in saved:
+                sampler.even_batches = value
+
+    @contextlib.contextmanager
+    def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
+        """Profile the block with torch.profiler (``ProfileKwargs`` configures it)."""
+        handler = profile_handler or self.handlers.get(ProfileKwargs)
+        with profiling.profile(handler, self.process_index) as profiler:  # type: ignore[arg-type]
+            yield profiler
+        self.wait_for_everyone()
+
+    # -- later releases ------------------------------------------------------------------------
+
+    def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
+        """Not available yet (checkpointing comes in a later release)."""
+        raise _not_yet("Accelerator.save_state")
+
+    def load_state(self, input_dir: str | None = None, **kwargs: Any) -> None:
+        """Not available yet (checkpointing comes in a later release)."""
+        raise _not_yet("Accelerator.load_state")
+
+    def save_model(self, model: torch.nn.Module, save_directory: str, **kwargs: Any) -> None:
+        """Not available yet (checkpointing comes in a later release)."""
+        raise _not_yet("Accelerator.save_model")
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Not available yet (checkpointing comes in a later release)."""
+        raise _not_yet("Accelerator.register_for_checkpointing")
+
+    def init_trackers(self, project_name: str, config: Any = None, init_kwargs: Any = None) -> None:
+        """Not available yet (experiment trackers come in a later release)."""
+        raise _not_yet("Accelerator.init_trackers")
+
+    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: Any = None) -> None:
+        """Not available yet (experiment trackers come in a later release)."""
+        raise _not_yet("Accelerator.log")
+
+    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
+        """Not available yet (experiment trackers come in a later release)."""
+        raise _not_yet("Accelerator.get_tracker")
+
+    def end_training(self) -> None:
+        """Finish the run: wait for every process (no trackers exist to close yet)."""
+        self.wait_for_everyone()
+
+    def __repr__(self) -> str:
+        return (
+            f"Accelerator(strategy={self.strategy.name!r}, num_processes={self.num_processes}, "
+            f"device={self.device}, mixed_precision={self.mixed_precision!r}, "
+            f"gradient_accumulation_steps={self.gradient_accumulation_steps})"
+        )
+
+
+def _check_steps(steps: object) -> None:
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(
+            f"gradient_accumulation_steps={steps!r} is not valid: give an integer >= 1 "
+            "(1 means no accumulation)."
+        )
+
+
+def _accumulation_plugin(steps: int | None, plugin: Any, environment: Any) -> Any:
+    from accel_core.gradient_state import GradientAccumulationPlugin
+
+    if plugin is not None:
+        if steps not in (None, 1):
+            raise ValueError(
+                f"gradient_accumulation_steps={steps} and gradient_accumulation_plugin were both "
+                "given; set num_steps in the plugin only."
+            )
+        return plugin
+    if steps is None:
+        steps = environment.gradient_accumulation_steps
+    _check_steps(steps)
+    return GradientAccumulationPlugin(num_steps=steps)
+
+
+def _dataloader_config(
+    config: DataLoaderConfiguration | None, split_batches: bool | None
+) -> DataLoaderConfiguration:
+    config = config if config is not None else DataLoaderConfiguration()
+    if split_batches is not None:
+        warnings.warn(
+            "Accelerator(split_batches=...) is deprecated; pass "
+            "dataloader_config=DataLoaderConfiguration(split_batches=...) instead.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        config.split_batches = bool(split_batches)
+    return config
+
+
+def _dynamo_plugin(backend: Any, plugin: TorchDynamoPlugin | None, environment: Any) -> Any:
+    if plugin is not None:
+        return plugin
+    chosen = backend if backend is not None else environment.dynamo_backend
+    return TorchDynamoPlugin(backend=str(getattr(chosen, "value", chosen) or "no").lower())

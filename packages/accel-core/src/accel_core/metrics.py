@@ -1,0 +1,81 @@
+"""``gather_for_metrics``: every process's predictions, once each, in dataset order.
+
+Sharded evaluation repeats samples at the end so every process gets a full last batch (with
+``even_batches``); gathering then returns duplicates. On the last batch of the data loader the
+gathered result is cut to ``GradientState.remainder`` samples (``accel_ops.drop_duplicated_tail``).
+Without ``even_batches`` the last batches differ in length across processes; they are padded for
+the gather and the padding removed again.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from accel_core.accelerator import Accelerator
+
+logger = logging.getLogger(__name__)
+
+
+def _only_tensors(data: Any) -> bool:
+    if isinstance(data, torch.Tensor):
+        return True
+    if isinstance(data, dict):
+        return all(_only_tensors(v) for v in data.values())
+    if isinstance(data, (list, tuple)):
+        return all(_only_tensors(v) for v in data)
+    return False
+
+
+def _first_dims(data: Any) -> list[int]:
+    if isinstance(data, torch.Tensor):
+        return [data.shape[0] if data.ndim else 1]
+    values = data.values() if isinstance(data, dict) else data
+    return [n for value in values for n in _first_dims(value)]
+
+
+def _gather_uneven(data: Any, lengths: list[list[int]]) -> Any:
+    """Gather tensors whose first dimension differs across processes, without padding rows."""
+    from accel_ops import gather, pad_across_processes, recursively_apply
+
+    padded = gather(pad_across_processes(data, dim=0))
+    counter = iter(range(len(lengths[0])))
+
+    def unpad(tensor: torch.Tensor) -> torch.Tensor:
+        leaf = next(counter)
+        rows = tensor.shape[0] // len(lengths)
+        parts = [tensor[r * rows : r * rows + lengths[r][leaf]] for r in range(len(lengths))]
+        return torch.cat(parts, dim=0)
+
+    return recursively_apply(unpad, padded)
+
+
+def gather_for_metrics(accelerator: Accelerator, input_data: Any, use_gather_object: bool) -> Any:
+    """See :meth:`accel_core.Accelerator.gather_for_metrics`."""
+    from accel_ops import drop_duplicated_tail, gather, gather_object
+
+    state = accelerator.gradient_state
+    use_gather_object = use_gather_object or not _only_tensors(input_data)
+    at_end = state.end_of_dataloader
+    if use_gather_object:
+        data = gather_object(input_data)
+    elif at_end and accelerator.use_distributed:
+        # Only the last batch can differ in length between processes: check it there.
+        lengths = gather_object([_first_dims(input_data)])
+        uneven = any(rank_lengths != lengths[0] for rank_lengths in lengths)
+        data = _gather_uneven(input_data, lengths) if uneven else gather(input_data)
+    else:
+        data = gather(input_data)
+    if not at_end:
+        return data
+    remainder = state.remainder
+    if remainder < 0:
+        logger.info(
+            "The dataset of this loader has no length: returning every gathered sample; drop "
+            "duplicated ones yourself."
+        )
+        return data
+    return drop_duplicated_tail(data, remainder)

@@ -1,0 +1,103 @@
+"""What ``Accelerator.prepare`` does with each kind of object.
+
+``prepare`` sorts its arguments into models, optimizers, data loaders and schedulers, then
+prepares them in that dependency order (models before optimizers, optimizers before schedulers)
+and returns them in the order given. Anything else is an error that names the argument.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader
+
+if TYPE_CHECKING:
+    from accel_core.accelerator import Accelerator
+
+_KINDS = ("model", "optimizer", "data loader", "scheduler")
+_PASSES = (("model",), ("optimizer", "data loader"), ("scheduler",))
+
+
+def _is_scheduler(obj: object) -> bool:
+    lr_scheduler = torch.optim.lr_scheduler
+    base = getattr(lr_scheduler, "LRScheduler", None) or lr_scheduler._LRScheduler
+    return isinstance(obj, (base, lr_scheduler.ReduceLROnPlateau))
+
+
+def kind_of(obj: object, position: int) -> str:
+    """``"model"``, ``"optimizer"``, ``"data loader"`` or ``"scheduler"``; TypeError otherwise."""
+    from accel_core.optimizer import AcceleratedOptimizer
+    from accel_core.scheduler import AcceleratedScheduler
+
+    if isinstance(obj, torch.nn.Module):
+        return "model"
+    if isinstance(obj, (torch.optim.Optimizer, AcceleratedOptimizer)):
+        return "optimizer"
+    if isinstance(obj, DataLoader):
+        return "data loader"
+    if _is_scheduler(obj) or isinstance(obj, AcceleratedScheduler):
+        return "scheduler"
+    shown = repr(obj)
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    raise TypeError(
+        f"prepare() does not know what to do with argument {position} ({shown}, of type "
+        f"{type(obj).__module__}.{type(obj).__qualname__}). It prepares torch.nn.Module, "
+        "torch.optim.Optimizer, torch.utils.data.DataLoader and torch.optim.lr_scheduler "
+        "schedulers; pass other objects around prepare()."
+    )
+
+
+def prepare_all(
+    accelerator: Accelerator, objects: Sequence[Any], device_placement: Sequence[bool | None]
+) -> list[Any]:
+    """Prepare ``objects`` (any order, any number) and return them in the same order."""
+    if len(device_placement) != len(objects):
+        raise ValueError(
+            f"device_placement has {len(device_placement)} entries for {len(objects)} objects; "
+            "give one bool (or None) per object passed to prepare()."
+        )
+    kinds = [kind_of(obj, position) for position, obj in enumerate(objects, start=1)]
+    result: list[Any] = list(objects)
+    for kinds_of_pass in _PASSES:
+        for index, (obj, kind) in enumerate(zip(objects, kinds, strict=True)):
+            if kind in kinds_of_pass:
+                result[index] = _prepare_one(accelerator, obj, kind, device_placement[index])
+    return result
+
+
+def _prepare_one(accelerator: Accelerator, obj: Any, kind: str, placement: bool | None) -> Any:
+    if kind == "model":
+        return accelerator.prepare_model(obj, device_placement=placement)
+    if kind == "optimizer":
+        return accelerator.prepare_optimizer(obj, device_placement=placement)
+    if kind == "data loader":
+        return accelerator.prepare_data_loader(obj, device_placement=placement)
+    return accelerator.prepare_scheduler(obj)
+
+
+def check_not_prepared(
+    data_loader: DataLoader, originals: weakref.WeakSet[Any], prepared: list[Any]
+) -> None:
+    """Refuse a data loader that ``prepare`` already returned or already received."""
+    if any(data_loader is loader for loader in prepared):
+        raise ValueError(
+            f"this {type(data_loader).__name__} was returned by prepare() already; preparing it "
+            "again would shard the shards. Pass the original DataLoader once, and use what "
+            "prepare() returned."
+        )
+    if data_loader in originals:
+        raise ValueError(
+            "this DataLoader was passed to prepare() already; each data loader is prepared once. "
+            "Reuse the prepared loader prepare() returned the first time."
+        )
+
+
+def dispatched_devices(model: torch.nn.Module) -> set[str]:
+    """The devices of a model dispatched by accel-bigmodel (its ``hf_device_map``), else empty."""
+    device_map = getattr(model, "hf_device_map", None)
+    if not isinstance(device_map, dict):
+        return set()
+    return {str(device) for device in device_map.values()}

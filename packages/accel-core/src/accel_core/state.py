@@ -1,0 +1,107 @@
+"""``AcceleratorState``: the training-loop state shared by every object of one process.
+
+Like Hugging Face Accelerate's, every instance shares one dictionary (the first construction
+initialises it; later ones read it), and it sits on top of ``accel_ops.PartialState`` (rank,
+world size, device, process group): attributes it does not hold itself are read from there.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel_core.configuration import TorchDynamoPlugin
+from accel_core.precision import check_mixed_precision
+
+
+class AcceleratorState:
+    """Process-wide state of the training loop.
+
+    Attributes:
+        mixed_precision: ``"no"``, ``"fp16"`` or ``"bf16"``.
+        distributed_type: the strategy's ``accel_ops.DistributedType``.
+        strategy: the chosen :class:`~accel_core.Strategy` (``None`` before an Accelerator exists).
+        dynamo_plugin: the ``torch.compile`` settings.
+        partial: the underlying ``accel_ops.PartialState``; ``num_processes``, ``process_index``,
+            ``device``, ``is_main_process``... are read from it.
+    """
+
+    _shared_state: dict[str, Any] = {}
+
+    def __init__(
+        self,
+        mixed_precision: str | None = None,
+        cpu: bool = False,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
+        _from_accelerator: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self.__dict__ = self._shared_state
+        if self.initialized:
+            self._check_unchanged(mixed_precision)
+            return
+        from accel_ops import LaunchEnvironment, PartialState
+
+        environment = LaunchEnvironment.from_environ()
+        self.partial = PartialState(cpu=cpu or environment.use_cpu, **kwargs)
+        chosen = mixed_precision if mixed_precision is not None else environment.mixed_precision
+        self._mixed_precision = check_mixed_precision(chosen, self.partial.device)
+        self.dynamo_plugin = dynamo_plugin or TorchDynamoPlugin()
+        self.strategy: Any = None
+        self.distributed_type = self.partial.distributed_type
+        self.use_ipex = False
+
+    def _check_unchanged(self, mixed_precision: str | None) -> None:
+        if mixed_precision is None:
+            return
+        wanted = str(getattr(mixed_precision, "value", mixed_precision)).lower()
+        if wanted != self._mixed_precision:
+            raise ValueError(
+                f"AcceleratorState was already initialised with mixed_precision="
+                f"{self._mixed_precision!r} and cannot switch to {wanted!r} in the same process. "
+                "Create one Accelerator per process, or call "
+                "AcceleratorState._reset_state(reset_partial_state=True) first (tests only)."
+            )
+
+    @property
+    def initialized(self) -> bool:
+        """Whether an ``AcceleratorState`` exists in this process."""
+        return "partial" in self._shared_state
+
+    @property
+    def mixed_precision(self) -> str:
+        """The mixed-precision mode: ``"no"``, ``"fp16"`` or ``"bf16"``."""
+        return self._mixed_precision
+
+    def _set_strategy(self, strategy: Any) -> None:
+        """Record the strategy chosen by the Accelerator (after its ``setup_environment``)."""
+        self.strategy = strategy
+        if strategy.distributed_type is not None:
+            self.distributed_type = strategy.distributed_type
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called for names not in the shared dict: read them from the process state.
+        if name.startswith("__") or name in ("partial", "_mixed_precision"):
+            raise AttributeError(name)
+        partial = self._shared_state.get("partial")
+        if partial is None:
+            raise AttributeError(
+                f"AcceleratorState has no attribute {name!r} yet: create an Accelerator first."
+            )
+        return getattr(partial, name)
+
+    def __repr__(self) -> str:
+        if not self.initialized:
+            return "AcceleratorState(not initialised)"
+        return (
+            f"{self.partial!r}\nMixed precision type: {self._mixed_precision}\n"
+            f"Strategy: {getattr(self.strategy, 'name', None)}\n"
+        )
+
+    @staticmethod
+    def _reset_state(reset_partial_state: bool = False) -> None:
+        """Forget the shared state (tests); ``reset_partial_state`` resets the process state too."""
+        AcceleratorState._shared_state.clear()
+        if reset_partial_state:
+            from accel_ops import PartialState
+
+            PartialState._reset_state()

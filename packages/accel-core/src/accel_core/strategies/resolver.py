@@ -1,0 +1,47 @@
+"""Choosing the strategy: an explicit argument, else the launch environment, else the world size.
+
+The Accelerator calls :func:`resolve_strategy` once and then only uses what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from accel_core.strategies.base import Strategy
+from accel_core.strategies.registry import create_strategy
+
+
+def default_strategy_name(world_size: int) -> str:
+    """``ddp`` when the job has more than one process, else ``single_device``."""
+    return "ddp" if world_size > 1 else "single_device"
+
+
+def resolve_strategy(
+    strategy: str | Strategy | None,
+    *,
+    launch_strategy: str | None,
+    launch_options: Mapping[str, Any] | None,
+    world_size: int,
+    kwargs_handlers: Sequence[Any] = (),
+    plugins: Mapping[str, Any] | None = None,
+) -> Strategy:
+    """The strategy to use, created but not yet set up.
+
+    Precedence: ``strategy`` (an instance is used as is; a name is created with no options), then
+    an Accelerate-style plugin object (``plugins``, e.g. ``{"deepspeed": DeepSpeedPlugin(...)}``,
+    given as the ``plugin`` option), then ``ACCEL_STRATEGY`` with ``ACCEL_STRATEGY_CONFIG`` as
+    options, then :func:`default_strategy_name`.
+    """
+    if isinstance(strategy, Strategy):
+        return strategy
+    if strategy is not None:
+        return create_strategy(str(strategy), kwargs_handlers=kwargs_handlers)
+    for name, plugin in (plugins or {}).items():
+        if plugin is not None:
+            return create_strategy(name, kwargs_handlers=kwargs_handlers, plugin=plugin)
+    if launch_strategy:
+        return create_strategy(
+            launch_strategy, kwargs_handlers=kwargs_handlers, **dict(launch_options or {})
+        )
+    return create_strategy(default_strategy_name(world_size), kwargs_handlers=kwargs_handlers)

@@ -1,0 +1,72 @@
+"""Getting the user's model back out of the wrappers ``prepare`` put around it."""
+
+from __future__ import annotations
+
+import torch
+
+# Wrappers of other engines, recognised by class name so that accel-core imports none of them.
+_FOREIGN_WRAPPERS = frozenset({"DeepSpeedEngine", "FullyShardedDataParallel", "PipelineEngine"})
+
+
+def is_compiled_module(module: object) -> bool:
+    """Whether ``module`` is the result of ``torch.compile`` on a module."""
+    compiled = getattr(torch, "_dynamo", None)
+    eval_frame = getattr(compiled, "eval_frame", None)
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    return optimized is not None and isinstance(module, optimized)
+
+
+def _is_wrapper(model: object) -> bool:
+    parallel = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    return isinstance(model, parallel) or (
+        type(model).__name__ in _FOREIGN_WRAPPERS and hasattr(model, "module")
+    )
+
+
+def _remove_fp32_wrapper(model: torch.nn.Module) -> None:
+    original = model.__dict__.pop("_original_forward", None)
+    if original is None:
+        return
+    model.__dict__.pop("forward", None)
+    bound_to_class = (
+        getattr(original, "__self__", None) is model
+        and getattr(original, "__func__", None) is type(model).forward
+    )
+    if not bound_to_class:
+        model.forward = original  # type: ignore[method-assign]
+
+
+def extract_model_from_parallel(
+    model: torch.nn.Module,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = True,
+    recursive: bool = False,
+) -> torch.nn.Module:
+    """The model inside DDP/DataParallel (and engine) wrappers and, optionally, ``torch.compile``.
+
+    Args:
+        model: a model returned by ``prepare`` (or any module).
+        keep_fp32_wrapper: keep the mixed-precision forward (autocast + fp32 outputs); ``False``
+            restores the model's own ``forward``.
+        keep_torch_compile: return the compiled module around the unwrapped one; ``False`` returns
+            the original module ``torch.compile`` was given.
+        recursive: also unwrap wrapped submodules.
+    """
+    compiled = model if is_compiled_module(model) else None
+    if compiled is not None:
+        model = compiled._orig_mod  # type: ignore[assignment]
+    while _is_wrapper(model):
+        model = model.module  # type: ignore[assignment]
+    if recursive:
+        for name, child in list(model.named_children()):
+            unwrapped = extract_model_from_parallel(
+                child, keep_fp32_wrapper, keep_torch_compile, recursive=True
+            )
+            if unwrapped is not child:
+                setattr(model, name, unwrapped)
+    if not keep_fp32_wrapper:
+        _remove_fp32_wrapper(model)
+    if compiled is not None and keep_torch_compile:
+        compiled._orig_mod = model  # type: ignore[assignment]
+        return compiled
+    return model
