@@ -1,0 +1,120 @@
+"""set_seed and synchronize_rng_state(s), on one process and on two gloo processes."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+import torch
+
+from accel_core.seeding import set_seed, synchronize_rng_state, synchronize_rng_states
+from accel_testing import run_workers
+
+try:  # numpy is optional for accel-core: set_seed seeds it when it is installed
+    import numpy as np
+except ImportError:  # pragma: no cover - depends on the environment
+    np = None
+
+
+def _draws() -> list:
+    numpy_draw = float(np.random.rand()) if np is not None else None
+    return [random.random(), numpy_draw, torch.rand(3).tolist()]
+
+
+def test_same_seed_same_draws_everywhere():
+    set_seed(1234)
+    first = _draws()
+    set_seed(1234)
+    assert _draws() == first
+    set_seed(1235)
+    assert _draws() != first
+
+
+def test_set_seed_matches_seeding_each_library_by_hand():
+    set_seed(7)
+    ours = _draws()
+    random.seed(7)
+    if np is not None:
+        np.random.seed(7)
+    torch.manual_seed(7)
+    assert ours == _draws()
+
+
+def test_device_specific_on_one_process_adds_index_zero():
+    set_seed(99, device_specific=True)
+    ours = _draws()
+    set_seed(99)
+    assert ours == _draws()
+
+
+def test_deterministic_turns_on_deterministic_algorithms():
+    try:
+        set_seed(0, deterministic=True)
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+def test_bad_seed_and_bad_rng_type():
+    with pytest.raises(TypeError, match=r"seed must be an int, got '3' \(str\)"):
+        set_seed("3")
+    with pytest.raises(
+        ValueError, match="rng_type='npu' can't be synchronized; choose one of torch"
+    ):
+        synchronize_rng_state("npu")
+    with pytest.raises(ValueError, match="rng_type='dice' can't be synchronized"):
+        synchronize_rng_states(["torch", "dice"])
+    with pytest.raises(ValueError, match="needs the generator"):
+        synchronize_rng_state("generator")
+
+
+def test_one_process_synchronisation_leaves_the_state_alone():
+    torch.manual_seed(5)
+    before = torch.get_rng_state()
+    synchronize_rng_states(["torch"])
+    assert torch.equal(torch.get_rng_state(), before)
+
+
+def seeding_worker():
+    """Each rank reports its draws for: same seed, device-specific seed, synchronised states."""
+    from accel_ops import PartialState
+
+    state = PartialState()
+    report = {"rank": state.process_index}
+    set_seed(42)
+    report["same"] = torch.rand(4).tolist()
+    set_seed(42, device_specific=True)
+    report["device_specific"] = torch.rand(4).tolist()
+    torch.manual_seed(42 + state.process_index)
+    generator = torch.Generator().manual_seed(100 + state.process_index)
+    report["before_sync"] = torch.rand(4).tolist()
+    synchronize_rng_states(["torch", "generator"], generator=generator)
+    report["after_sync"] = torch.rand(4).tolist()
+    report["generator"] = torch.rand(4, generator=generator).tolist()
+    synchronize_rng_state(generator=generator)  # None: the generator, since one is given
+    print(json.dumps(report))
+    state.destroy_process_group()
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_seeding_across_two_processes():
+    results = run_workers(2, function=f"{__file__}::seeding_worker", timeout=90)
+    rank0, rank1 = (json.loads(r.stdout.strip().splitlines()[-1]) for r in results)
+    assert rank0["same"] == rank1["same"]
+    # device_specific: rank r draws what seed 42 + r draws on one process
+    for report in (rank0, rank1):
+        torch.manual_seed(42 + report["rank"])
+        assert report["device_specific"] == torch.rand(4).tolist()
+    assert rank0["device_specific"] != rank1["device_specific"]
+    assert rank0["before_sync"] != rank1["before_sync"]
+    # after synchronising, both continue rank 0's sequence
+    torch.manual_seed(42)
+    torch.rand(4)
+    expected = torch.rand(4).tolist()
+    assert rank0["after_sync"] == rank1["after_sync"] == expected
+    assert rank0["generator"] == rank1["generator"]
+    assert (
+        rank0["generator"] == torch.rand(4, generator=torch.Generator().manual_seed(100)).tolist()
+    )
