@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
-import importlib.util
-import platform
 import sys
 from typing import Any
 
@@ -42,6 +39,8 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 
 
 def _version(name: str) -> str | None:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -49,6 +48,8 @@ def _version(name: str) -> str | None:
 
 
 def _gpus() -> str:
+    import importlib.util
+
     if importlib.util.find_spec("torch") is None:
         return "torch not installed"
     import torch
@@ -61,6 +62,8 @@ def _gpus() -> str:
 
 def report(config_file: str | None = None) -> str:
     """The text ``accel env`` prints."""
+    import platform
+
     import psutil
     import yaml
 
