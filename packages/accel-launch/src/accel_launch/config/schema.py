@@ -147,10 +147,16 @@ _FALSE = {"false", "no", "0", "off", ""}
 _FSDP1_STRATEGY_NUMBERS = dict(enumerate(FSDP_SHARDING_STRATEGIES, start=1))
 
 
-def _unknown_key_error(where: str, key: str, known: Mapping[str, Field]) -> ConfigError:
+def _unknown_key_error(
+    where: str, key: str, known: Mapping[str, Field], section: str = ""
+) -> ConfigError:
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.5)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
-    return ConfigError(f"unknown key '{key}' in {where}.{hint} Valid keys: {', '.join(sorted(known))}.")
+    prefix = f"{section}." if section else ""
+    hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
+    return ConfigError(
+        f"unknown key '{prefix}{key}' in {where}.{hint} Valid keys"
+        f"{' of ' + section if section else ''}: {', '.join(sorted(known))}."
+    )
 
 
 def _bad_value(where: str, key: str, value: object, expected: str) -> ConfigError:
@@ -188,7 +194,7 @@ def coerce(where: str, key: str, value: object, spec: Field) -> object:
         except (TypeError, ValueError):
             raise _bad_value(where, key, value, "a number") from None
     if kind == "str":
-        if key == "fsdp_sharding_strategy" and isinstance(value, int) and not isinstance(value, bool):
+        if key.endswith("fsdp_sharding_strategy") and isinstance(value, int) and not isinstance(value, bool):
             value = _FSDP1_STRATEGY_NUMBERS.get(value, value)
         if key == "gpu_ids" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
@@ -239,8 +245,8 @@ def validate(config: object, where: str = "config file") -> dict[str, Any]:
             checked = {}
             for sub_key, sub_value in value.items():
                 if sub_key not in section:
-                    raise _unknown_key_error(f"{where} ({key})", str(sub_key), section)
-                checked[sub_key] = coerce(f"{where} ({key})", sub_key, sub_value, section[sub_key])
+                    raise _unknown_key_error(where, str(sub_key), section, key)
+                checked[sub_key] = coerce(where, f"{key}.{sub_key}", sub_value, section[sub_key])
             value = checked
         result[key] = value
     return result
