@@ -43,7 +43,9 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         dataset: the dataset read on the main process.
         split_batches: slice each batch of the loader across processes instead of concatenating
             ``num_processes`` batches.
-        skip_batches: batches (of this process) to skip at the start of each iteration.
+        skip_batches: steps to skip at the start of each iteration: the main process still
+            reads them (so that a short last batch is completed with the same first samples as
+            without skipping) but does not send them.
         use_stateful_dataloader: not supported (raises).
         slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)`` that cuts a batch;
             defaults to ``accel_ops.slice_tensors``.
@@ -131,12 +133,23 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
             first_samples = None
             index = 0
             while layout is not None:
+                skipping = index < self.skip_batches
+                if skipping and (first_samples is not None or self._drop_last):
+                    # Read and dropped on the main process; nothing to send.
+                    batch, layout = self._fetch(iterator)
+                    index += 1
+                    continue
                 if rank != 0:
                     batch = initialize_tensors(layout)
                 batch = send_to_device(batch, self.state.device, non_blocking=self._non_blocking)
                 batch = broadcast(batch, from_process=0)
                 if first_samples is None and not self._drop_last:
+                    # Kept to complete a short last batch, even when this step is skipped.
                     first_samples = self._cut(batch, slice(0, world))
+                if skipping:
+                    batch, layout = self._fetch(iterator)
+                    index += 1
+                    continue
                 observed = find_batch_size(batch)
                 upcoming, upcoming_layout = self._fetch(iterator)
                 is_last = upcoming_layout is None
@@ -148,8 +161,7 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
                 if is_last:
                     self.end_of_dataloader = True
                     self.remainder = observed
-                if index >= self.skip_batches:
-                    yield mine
+                yield mine
                 index += 1
                 batch, layout = upcoming, upcoming_layout
             self.iteration += 1

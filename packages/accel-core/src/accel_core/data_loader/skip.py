@@ -93,8 +93,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     ``k`` of an epoch, ``skip_first_batches(train_loader, k)`` resumes at step ``k``. Works on
     plain ``DataLoader`` objects and on prepared ones (sharded or dispatched), keeping their
     device, epoch and generator settings. Map-style datasets skip indices without loading them;
-    iterable datasets load and drop the skipped batches. The skip applies to every iteration of
-    the returned loader: iterate the original loader for the following epochs.
+    iterable datasets, and dispatched loaders, load and drop the skipped batches. The skip applies
+    to every iteration of the returned loader: iterate the original loader for later epochs.
     """
     if isinstance(num_batches, bool) or not isinstance(num_batches, int) or num_batches < 0:
         raise ValueError(
@@ -102,18 +102,20 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         )
     dataset = dataloader.dataset
     kwargs = dataloader_kwargs(dataloader)
-    iterable = isinstance(dataset, IterableDataset)
+    # A dispatcher reads the skipped steps on the main process: it needs the first batch to
+    # complete a short last batch exactly as an uninterrupted epoch would.
+    skip_by_loading = isinstance(dataset, IterableDataset) or isinstance(
+        dataloader, DataLoaderDispatcher
+    )
     batch_sampler_is_sampler = isinstance(dataloader.sampler, BatchSampler)
-    if iterable:
+    if isinstance(dataset, IterableDataset):
         new_batch_sampler = None
         kwargs.update(batch_size=dataloader.batch_size, drop_last=dataloader.drop_last)
     else:
         source = dataloader.sampler if batch_sampler_is_sampler else dataloader.batch_sampler
-        skipped = num_batches
-        if isinstance(dataloader, DataLoaderDispatcher) and not dataloader.split_batches:
-            # Each dispatched step concatenates num_processes batches of the underlying loader.
-            skipped = num_batches * dataloader.state.num_processes
-        new_batch_sampler = SkipBatchSampler(source, skip_batches=skipped)
+        new_batch_sampler = (
+            source if skip_by_loading else SkipBatchSampler(source, skip_batches=num_batches)
+        )
         if batch_sampler_is_sampler:
             kwargs.update(sampler=new_batch_sampler, batch_size=dataloader.batch_size)
         else:
@@ -124,7 +126,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         return DataLoaderDispatcher(
             dataset,
             split_batches=dataloader.split_batches,
-            skip_batches=num_batches if iterable else 0,
+            skip_batches=num_batches,
             _drop_last=dataloader._drop_last,
             _non_blocking=dataloader._non_blocking,
             slice_fn=dataloader.slice_fn,
@@ -137,12 +139,12 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             device=dataloader.device,
             rng_types=dataloader.rng_types,
             synchronized_generator=dataloader.synchronized_generator,
-            skip_batches=num_batches if iterable else 0,
+            skip_batches=num_batches if skip_by_loading else 0,
             _drop_last=dataloader._drop_last,
             _non_blocking=dataloader._non_blocking,
             iteration=dataloader.iteration,
             **kwargs,
         )
-    if iterable:
+    if skip_by_loading:
         return SkipDataLoader(dataset, skip_batches=num_batches, **kwargs)
     return DataLoader(dataset, **kwargs)
