@@ -16,15 +16,17 @@ _SEEN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ACCEL_USE_CPU", "ACCEL_MIXED_PRECI
 
 
 def write_rank(out_dir: str, tag: str) -> None:
-    """Join the process group from the launch environment, all-reduce, write what this rank saw."""
-    torch.distributed.init_process_group("gloo")
-    total = torch.tensor([torch.distributed.get_rank() + 1.0])
-    torch.distributed.all_reduce(total)
+    """Build the process state from the launch environment, all-reduce, write what this rank saw."""
+    import accel_ops
+
+    state = accel_ops.PartialState()
+    total = accel_ops.reduce(torch.tensor([state.process_index + 1.0]), reduction="sum")
     seen = {name: os.environ.get(name) for name in _SEEN}
     seen["sum"] = total.item()
-    rank = torch.distributed.get_rank()
-    Path(out_dir, f"{tag}-rank{rank}.json").write_text(json.dumps(seen))
-    torch.distributed.destroy_process_group()
+    seen["state"] = [state.num_processes, str(state.distributed_type.value), str(state.device)]
+    seen["mixed_precision"] = state.launch_environment.mixed_precision
+    Path(out_dir, f"{tag}-rank{state.process_index}.json").write_text(json.dumps(seen))
+    state.destroy_process_group()
 
 
 def fail_on_rank_one() -> None:
@@ -48,6 +50,8 @@ def test_debug_launcher_runs_two_cpu_processes(tmp_path):
             "ACCEL_USE_CPU": "1",
             "ACCEL_MIXED_PRECISION": "no",
             "sum": 3.0,
+            "state": [2, "MULTI_CPU", "cpu"],
+            "mixed_precision": "no",
         }
     assert "ACCEL_USE_CPU" not in os.environ  # the parent's environment is put back
 
@@ -64,6 +68,8 @@ def test_notebook_launcher_runs_two_processes(tmp_path):
     seen = _read(tmp_path, "notebook")
     assert [w["RANK"] for w in seen] == ["0", "1"]
     assert {w["ACCEL_MIXED_PRECISION"] for w in seen} == {"bf16"}
+    assert {w["mixed_precision"] for w in seen} == {"bf16"}
+    assert [w["state"][:2] for w in seen] == [[2, "MULTI_CPU"]] * 2
     assert {w["WORLD_SIZE"] for w in seen} == {"2"}
     assert {w["sum"] for w in seen} == {3.0}
     assert "ACCEL_MIXED_PRECISION" not in os.environ
