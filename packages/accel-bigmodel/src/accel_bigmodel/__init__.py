@@ -1,3 +1,131 @@
-"""Inference for models larger than memory: empty-weight init, device maps, hooks, CPU and disk offload, checkpoint dispatch."""
+"""Inference for models larger than memory: empty-weight init, device maps, hooks, CPU and disk
+offload, checkpoint dispatch.
+
+Every public name is importable from here; the meta-package ``accel`` re-exports them under
+Hugging Face Accelerate's module names (``accel.hooks``, ``accel.utils``, ``accel.big_modeling``).
+"""
+
+from accel_bigmodel.align_hooks import (
+    AlignDevicesHook,
+    attach_align_device_hook,
+    attach_align_device_hook_on_blocks,
+    attach_execution_device_hook,
+)
+from accel_bigmodel.checkpoint_files import load_state_dict
+from accel_bigmodel.device_map import check_device_map, clean_device_map, infer_auto_device_map
+from accel_bigmodel.dispatch import dispatch_model
+from accel_bigmodel.dtypes import (
+    CustomDtype,
+    TensorInformation,
+    convert_file_size_to_int,
+    dtype_byte_size,
+)
+from accel_bigmodel.hooks import (
+    ModelHook,
+    SequentialHook,
+    add_hook_to_module,
+    remove_hook_from_module,
+    remove_hook_from_submodules,
+)
+from accel_bigmodel.init_empty import init_empty_weights, init_on_device
+from accel_bigmodel.loading import (
+    load_checkpoint_and_dispatch,
+    load_checkpoint_in_model,
+    load_offloaded_weights,
+)
+from accel_bigmodel.memory import get_balanced_memory, get_max_memory
+from accel_bigmodel.offload import (
+    OffloadedWeightsLoader,
+    PrefixedDataset,
+    extract_submodules_state_dict,
+    load_offloaded_weight,
+    offload_state_dict,
+    offload_weight,
+    save_offload_index,
+)
+from accel_bigmodel.prefetch import Prefetcher
+from accel_bigmodel.safetensors_io import CheckpointError
+from accel_bigmodel.sizes import (
+    calculate_maximum_sizes,
+    compute_module_sizes,
+    get_max_layer_size,
+    id_tensor_storage,
+    named_module_tensors,
+)
+from accel_bigmodel.storage import DiskOffloadStorage, OffloadStorage
+from accel_bigmodel.tensors import (
+    align_module_device,
+    has_offloaded_params,
+    set_module_tensor_to_device,
+)
+from accel_bigmodel.tied import (
+    check_tied_parameters_in_config,
+    check_tied_parameters_on_same_device,
+    find_tied_parameters,
+    retie_parameters,
+)
+from accel_bigmodel.whole_model_offload import (
+    CpuOffload,
+    UserCpuOffloadHook,
+    cpu_offload,
+    cpu_offload_with_hook,
+    disk_offload,
+)
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "AlignDevicesHook",
+    "CheckpointError",
+    "CpuOffload",
+    "CustomDtype",
+    "DiskOffloadStorage",
+    "ModelHook",
+    "OffloadStorage",
+    "OffloadedWeightsLoader",
+    "Prefetcher",
+    "PrefixedDataset",
+    "SequentialHook",
+    "TensorInformation",
+    "UserCpuOffloadHook",
+    "add_hook_to_module",
+    "align_module_device",
+    "attach_align_device_hook",
+    "attach_align_device_hook_on_blocks",
+    "attach_execution_device_hook",
+    "calculate_maximum_sizes",
+    "check_device_map",
+    "check_tied_parameters_in_config",
+    "check_tied_parameters_on_same_device",
+    "clean_device_map",
+    "compute_module_sizes",
+    "convert_file_size_to_int",
+    "cpu_offload",
+    "cpu_offload_with_hook",
+    "disk_offload",
+    "dispatch_model",
+    "dtype_byte_size",
+    "extract_submodules_state_dict",
+    "find_tied_parameters",
+    "get_balanced_memory",
+    "get_max_layer_size",
+    "get_max_memory",
+    "has_offloaded_params",
+    "id_tensor_storage",
+    "infer_auto_device_map",
+    "init_empty_weights",
+    "init_on_device",
+    "load_checkpoint_and_dispatch",
+    "load_checkpoint_in_model",
+    "load_offloaded_weight",
+    "load_offloaded_weights",
+    "load_state_dict",
+    "named_module_tensors",
+    "offload_state_dict",
+    "offload_weight",
+    "remove_hook_from_module",
+    "remove_hook_from_submodules",
+    "retie_parameters",
+    "save_offload_index",
+    "set_module_tensor_to_device",
+]

@@ -1,0 +1,170 @@
+"""Finding the files of a checkpoint, checking them before loading, and ``load_state_dict``.
+
+A checkpoint is a single ``.safetensors``/``.bin``/``.pt``/``.pth`` file, a folder holding one,
+or a sharded checkpoint described by an ``*.index.json`` (``{"weight_map": {key: shard}}``),
+given as the index file or its folder.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from accel_bigmodel.device_map import device_for
+from accel_bigmodel.safetensors_io import CheckpointError, open_safetensors
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt")
+
+
+@dataclass
+class CheckpointFiles:
+    """The shard files of a checkpoint in load order, and the index's key -> file map if any."""
+
+    files: list[Path]
+    weight_map: dict[str, Path] = field(default_factory=dict)
+
+
+def _from_index(index_file: Path) -> CheckpointFiles:
+    try:
+        index = json.loads(index_file.read_text())
+        weight_map = index["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise CheckpointError(
+            f"{index_file} is not a checkpoint index: expected JSON with a 'weight_map' object "
+            f"mapping tensor names to shard files ({type(error).__name__}: {error})"
+        ) from None
+    folder = index_file.parent
+    resolved = {key: folder / shard for key, shard in weight_map.items()}
+    missing: dict[Path, list[str]] = {}
+    for key, path in resolved.items():
+        if not path.is_file():
+            missing.setdefault(path, []).append(key)
+    if missing:
+        details = "; ".join(
+            f"{path.name} (needed for {len(keys)} keys, e.g. {keys[0]!r})"
+            for path, keys in missing.items()
+        )
+        raise CheckpointError(
+            f"the index {index_file} refers to shard files that are missing from {folder}: "
+            f"{details}. Copy the missing shards next to the index or save the checkpoint again."
+        )
+    files = list(dict.fromkeys(resolved.values()))
+    return CheckpointFiles(files, resolved)
+
+
+def find_checkpoint_files(checkpoint: str | os.PathLike) -> CheckpointFiles:
+    """The files to load for ``checkpoint`` (a file, a folder or an index file)."""
+    path = Path(checkpoint)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {str(path)!r} does not exist")
+    if path.is_file():
+        if path.name.endswith(".index.json"):
+            return _from_index(path)
+        if path.suffix in WEIGHT_SUFFIXES:
+            return CheckpointFiles([path])
+        raise CheckpointError(
+            f"cannot load {path}: expected a file ending in {', '.join(WEIGHT_SUFFIXES)} or "
+            f".index.json, or a folder holding one"
+        )
+    indexes = sorted(path.glob("*.index.json"))
+    if len(indexes) > 1:
+        safe = [i for i in indexes if i.name.endswith(".safetensors.index.json")]
+        indexes = safe if len(safe) == 1 else indexes
+    if len(indexes) == 1:
+        return _from_index(indexes[0])
+    if len(indexes) > 1:
+        raise CheckpointError(
+            f"{path} holds several indexes {[i.name for i in indexes]}: pass the one to load"
+        )
+    weights = sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    safe = [p for p in weights if p.suffix == ".safetensors"]
+    chosen = safe or weights
+    if len(chosen) == 1:
+        return CheckpointFiles(chosen)
+    if not chosen:
+        raise CheckpointError(
+            f"no checkpoint found in {path}: expected a *.index.json or one weights file ending "
+            f"in {', '.join(WEIGHT_SUFFIXES)}; it holds "
+            f"{sorted(p.name for p in path.iterdir())[:10]}"
+        )
+    raise CheckpointError(
+        f"{path} holds several weight files {[p.name for p in chosen][:5]} and no index: pass "
+        f"the file to load, or the *.index.json of a sharded checkpoint"
+    )
+
+
+def load_torch_file(path: Path) -> dict[str, torch.Tensor]:
+    """``torch.load`` of a ``.bin``/``.pt`` state dict, memory-mapped when the format allows."""
+    try:
+        try:
+            loaded = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        except RuntimeError:  # legacy (non-zip) format: no memory map
+            loaded = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:
+        raise CheckpointError(
+            f"cannot load {path} with torch.load ({type(error).__name__}: {error}); the file is "
+            f"truncated, corrupt or not a state dict"
+        ) from None
+    if (
+        isinstance(loaded, Mapping)
+        and "state_dict" in loaded
+        and isinstance(loaded["state_dict"], Mapping)
+    ):
+        loaded = loaded["state_dict"]
+    if not isinstance(loaded, Mapping):
+        raise CheckpointError(f"{path} does not hold a state dict (found {type(loaded).__name__})")
+    return dict(loaded)
+
+
+def load_state_dict(
+    checkpoint_file: str | os.PathLike, device_map: Mapping[str, object] | None = None
+) -> dict[str, torch.Tensor]:
+    """Load one checkpoint file. Safetensors tensors are memory-mapped (nothing is copied).
+
+    With ``device_map``, tensors mapped to a GPU are loaded there; the others stay on the CPU.
+    """
+    from safetensors import safe_open
+
+    path = Path(checkpoint_file)
+    if path.suffix == ".safetensors":
+        header = open_safetensors(path)
+        with safe_open(str(path), framework="pt", device="cpu") as handle:
+            result = {key: handle.get_tensor(key) for key in header.entries}
+    else:
+        result = load_torch_file(path)
+    if device_map:
+        for key, tensor in result.items():
+            device = device_for(key, device_map)
+            if isinstance(device, int):
+                result[key] = tensor.to(torch.device("cuda", device))
+    return result
+
+
+def mismatch_message(
+    checkpoint: str | os.PathLike, missing: list[str], unexpected: list[str], model_keys: list[str]
+) -> str:
+    """An error message listing missing and unexpected names with their closest matches."""
+    lines = [f"the checkpoint {checkpoint} does not fit the model."]
+    if missing:
+        lines.append(f"{len(missing)} tensors of the model are missing from the checkpoint:")
+        for name in missing[:10]:
+            close = difflib.get_close_matches(name, unexpected, n=1, cutoff=0.5)
+            lines.append(f"  {name}" + (f"  (closest in checkpoint: {close[0]})" if close else ""))
+    if unexpected:
+        lines.append(f"{len(unexpected)} names in the checkpoint are not in the model:")
+        for name in unexpected[:10]:
+            close = difflib.get_close_matches(name, model_keys, n=1, cutoff=0.5)
+            lines.append(f"  {name}" + (f"  (closest in model: {close[0]})" if close else ""))
+    lines.append(
+        "Check that the checkpoint was saved from this architecture and configuration; pass "
+        "strict=False to load the names that match (missing weights must not be left on meta)."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""Reading the next offloaded module's weights in a background thread while this one computes.
+
+A ``Prefetcher`` is shared by the offloading hooks of one dispatched model. When hook H runs, it
+first takes the weights prefetched for it (or reads them itself), then asks for the weights of
+the module expected next: the one that ran after H last time, or, before that is known, the next
+offloaded module in definition order. One read is in flight at a time, so at most one extra
+module's weights are in memory. The same bytes are read either way, so outputs are bit-identical
+with and without prefetching.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from accel_bigmodel.align_hooks import AlignDevicesHook
+
+
+class Prefetcher:
+    """Background reads for a list of offloading hooks given in definition order."""
+
+    def __init__(self, hooks: list[AlignDevicesHook]) -> None:
+        self.hooks = list(hooks)
+        self._position = {id(h): i for i, h in enumerate(self.hooks)}
+        self._successor: dict[int, AlignDevicesHook] = {}
+        self._last: AlignDevicesHook | None = None
+        self._pending: tuple[AlignDevicesHook, Future] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-prefetch")
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+
+    def take(self, hook: AlignDevicesHook) -> dict[str, torch.Tensor] | None:
+        """The weights prefetched for ``hook``, or None if another module's were prefetched."""
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is None:
+            self.misses += 1
+            return None
+        if pending[0] is not hook:
+            self.misses += 1
+            pending[1].cancel()
+            return None
+        self.hits += 1
+        return pending[1].result()
+
+    def after(self, hook: AlignDevicesHook) -> None:
+        """Record that ``hook`` ran and start reading the weights of the module expected next."""
+        if self._last is not None and self._last is not hook:
+            self._successor[id(self._last)] = hook
+        self._last = hook
+        following = self._successor.get(id(hook))
+        if following is None:
+            position = self._position.get(id(hook))
+            if position is None or len(self.hooks) < 2:
+                return
+            following = self.hooks[(position + 1) % len(self.hooks)]
+        if following is hook:
+            return
+        future = self._executor.submit(_load, following)
+        with self._lock:
+            self._pending = (following, future)
+
+    def close(self) -> None:
+        """Stop the background thread (pending reads are dropped)."""
+        with self._lock:
+            self._pending = None
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+
+def _load(hook: AlignDevicesHook) -> dict[str, torch.Tensor]:
+    values = hook.load_weights()
+    device = hook.execution_device
+    if device is None or torch.device(device).type != "cuda":
+        return values
+    stream = torch.cuda.Stream(device=device)
+    with torch.cuda.stream(stream):
+        moved = {name: value.to(device, non_blocking=True) for name, value in values.items()}
+    stream.synchronize()
+    return moved
