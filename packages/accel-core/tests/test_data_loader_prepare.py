@@ -259,3 +259,47 @@ def test_generator_rng_is_dropped_without_a_generator_to_sync():
     )
     assert prepared.rng_types == ["generator"]
     assert prepared.synchronized_generator is shuffled.sampler.generator
+
+
+def test_pickled_loader_iterates_the_same():
+    import pickle
+
+    prepared = prepare_data_loader(
+        DataLoader(numbers(), batch_size=16), num_processes=2, process_index=1
+    )
+    copy = pickle.loads(pickle.dumps(prepared))
+    assert copy.gradient_state.__dict__ is GradientState._shared_state
+    assert walk(copy) == walk(prepared)
+
+
+def test_worker_processes_load_the_same_shard():
+    loader = DataLoader(numbers(), batch_size=16, num_workers=2)
+    prepared = prepare_data_loader(loader, num_processes=2, process_index=1)
+    assert walk(prepared)[-1] == ([80, 81, *range(14)], True, 18)
+
+
+def test_dispatcher_on_one_process():
+    from accel_core.data_loader import DataLoaderDispatcher
+    from accel_ops import PartialState
+
+    try:
+        loader = DataLoader(numbers(10), batch_size=4)
+        prepared = prepare_data_loader(
+            loader, device="cpu", put_on_device=True, dispatch_batches=True
+        )
+        assert isinstance(prepared, DataLoaderDispatcher)
+        assert len(prepared) == 3
+        steps = walk(prepared)
+        assert steps == [([0, 1, 2, 3], False, 2), ([4, 5, 6, 7], False, 2), ([8, 9], True, 2)]
+        resumed = skip_first_batches(prepared, 2)
+        assert isinstance(resumed, DataLoaderDispatcher)
+        assert walk(resumed) == steps[2:]
+    finally:
+        PartialState._reset_state()
+
+
+def test_unbatched_map_style_loader_cannot_be_sharded():
+    with pytest.raises(ValueError, match="batch_size=None and no batch sampler"):
+        prepare_data_loader(
+            DataLoader(numbers(), batch_size=None), num_processes=2, process_index=0
+        )

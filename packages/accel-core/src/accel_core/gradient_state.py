@@ -192,6 +192,11 @@ class GradientState:
             ref for ref in self.dataloader_references if ref is not dataloader
         ]
 
+    def __reduce__(self) -> tuple[type[GradientState], tuple[()]]:
+        # A pickled loader carries its GradientState: unpickling joins the receiving process's
+        # shared state instead of copying this one (which holds weak references).
+        return (GradientState, ())
+
     def __repr__(self) -> str:
         return (
             f"Sync Gradients: {self.sync_gradients}\n"

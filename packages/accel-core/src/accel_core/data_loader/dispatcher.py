@@ -68,18 +68,24 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         if use_stateful_dataloader:
             raise NotImplementedError(STATEFUL_UNSUPPORTED)
         super().__init__(dataset, **kwargs)
-        from accel_ops import PartialState, slice_tensors
+        from accel_ops import slice_tensors
 
         self.split_batches = split_batches
         self.skip_batches = skip_batches
         self.use_stateful_dataloader = False
         self.gradient_state = GradientState()
-        self.state = PartialState()
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self.slice_fn: SliceFn = slice_tensors if slice_fn is None else slice_fn
         self.iteration = iteration
         self.reset()
+
+    @property
+    def state(self) -> Any:
+        """The process state (``accel_ops.PartialState``): rank, world size, device."""
+        from accel_ops import PartialState
+
+        return PartialState()
 
     def _fetch(self, iterator: Iterator[Any] | None) -> tuple[Any, Any]:
         """The next global batch (main process; ``None`` elsewhere) and, everywhere, its layout.

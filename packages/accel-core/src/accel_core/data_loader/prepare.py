@@ -153,6 +153,12 @@ def prepare_data_loader(
             )
             sampler, seedable = seedable, None
     new_batch_sampler = None if iterable else original_batch_sampler
+    if not iterable and original_batch_sampler is None and num_processes > 1:
+        raise ValueError(
+            "prepare_data_loader cannot shard a map-style DataLoader with batch_size=None and no "
+            "batch sampler (every item is already a batch). Give the DataLoader a batch_size, a "
+            "batch_sampler, or sampler=BatchSampler(...)."
+        )
     synchronized_generator = None
 
     if num_processes > 1 and not dispatch_batches:
