@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,16 @@ def write_rank(out_dir: str, tag: str) -> None:
 def fail_on_rank_one() -> None:
     if os.environ["RANK"] == "1":
         raise ValueError("rank one is broken")
+
+
+def return_something_unpicklable(out_dir: str) -> object:
+    Path(out_dir, f"ran-{os.environ['RANK']}").touch()
+    return lambda: None
+
+
+def kill_rank_one() -> None:
+    if os.environ["RANK"] == "1":
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _read(out_dir: Path, tag: str) -> list[dict]:
@@ -84,6 +95,14 @@ def test_a_failing_worker_raises_an_error_naming_its_rank():
     assert isinstance(info.value, WorkerProcessError)
     assert list(info.value.failed_ranks) == [1]
     assert 'raise ValueError("rank one is broken")' in info.value.failed_ranks[1]
+
+
+@pytest.mark.multiprocess
+def test_results_are_dropped_and_a_killed_worker_is_named(tmp_path):
+    debug_launcher(return_something_unpicklable, args=(str(tmp_path),))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ran-0", "ran-1"]
+    with pytest.raises(WorkerProcessError, match="rank 1 of 2 failed: killed by signal SIGKILL"):
+        debug_launcher(kill_rank_one)
 
 
 def test_one_process_runs_in_place_with_the_launch_environment():

@@ -57,6 +57,19 @@ def _check_picklable(function: Callable[..., Any], launcher: str) -> None:
         ) from None
 
 
+class _Entrypoint:
+    """Calls the user's function and drops its result: the elastic agent pickles what a worker
+    returns, and a result that can't be pickled would fail the worker after its work is done."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.__name__ = getattr(function, "__name__", type(function).__name__)
+        self.__qualname__ = getattr(function, "__qualname__", self.__name__)
+
+    def __call__(self, *args: Any) -> None:
+        self.function(*args)
+
+
 def _accel_state_initialized() -> bool:
     """Whether accel's process state exists here already (forked workers would inherit it)."""
     ops = sys.modules.get("accel_ops")  # not imported yet: no state either
@@ -103,7 +116,7 @@ def _failure_text(failure: Any) -> str:
         return f"{text}\n{stack}" if stack else text
     if failure.exitcode is not None and failure.exitcode < 0:
         return f"killed by signal {failure.signal_name()} ({message})"
-    return f"exit code {failure.exitcode} ({message})"
+    return f"exit code {failure.exitcode} (see the worker's output above)"
 
 
 def _elastic_launch(
@@ -151,7 +164,7 @@ def _elastic_launch(
         env["OMP_NUM_THREADS"] = "1"  # what torchrun does for several processes per machine
     with _patched_environment(env):
         try:
-            elastic_launch(config=config, entrypoint=function)(*args)
+            elastic_launch(config=config, entrypoint=_Entrypoint(function))(*args)
         except ChildFailedError as exc:
             failed = {rank: _failure_text(f) for rank, f in sorted(exc.failures.items())}
             world = num_processes * num_nodes
