@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from accel_core import accumulation, metrics, preparation, profiling
+from accel_core import accumulation, metrics, preparation, profiling, settings
 from accel_core.configuration import (
     DataLoaderConfiguration,
     ProjectConfiguration,
@@ -33,23 +33,15 @@ from accel_core.kwargs_handlers import (
     collect_handlers,
 )
 from accel_core.optimizer import AcceleratedOptimizer
+from accel_core.pending import PendingFeaturesMixin
 from accel_core.precision import Precision
 from accel_core.process_api import ProcessMixin
 from accel_core.scheduler import AcceleratedScheduler
 from accel_core.state import AcceleratorState
 from accel_core.strategies import Strategy, SupportsJoin, resolve_strategy
 
-_NOT_YET = (
-    "{what} is not available in accel-core 0.1.0: checkpointing and experiment trackers come in a "
-    "later release. Until then save with accelerator.get_state_dict(model) and accelerator.save()."
-)
 
-
-def _not_yet(what: str) -> NotImplementedError:
-    return NotImplementedError(_NOT_YET.format(what=what))
-
-
-class Accelerator(ProcessMixin):
+class Accelerator(ProcessMixin, PendingFeaturesMixin):
     """Prepare a PyTorch training loop for any number of processes, precision and accumulation.
 
     Args:
@@ -105,7 +97,7 @@ class Accelerator(ProcessMixin):
         self.state = AcceleratorState(
             mixed_precision=mixed_precision,
             cpu=cpu,
-            dynamo_plugin=_dynamo_plugin(dynamo_backend, dynamo_plugin, environment),
+            dynamo_plugin=settings.dynamo_plugin(dynamo_backend, dynamo_plugin, environment),
             _from_accelerator=True,
             **(init_handler.to_kwargs() if init_handler is not None else {}),
         )
@@ -128,11 +120,11 @@ class Accelerator(ProcessMixin):
         )
         self.scaler = self.precision.scaler
         self.gradient_state = GradientState(
-            _accumulation_plugin(
+            settings.accumulation_plugin(
                 gradient_accumulation_steps, gradient_accumulation_plugin, environment
             )
         )
-        self.dataloader_config = _dataloader_config(dataloader_config, split_batches)
+        self.dataloader_config = settings.dataloader_config(dataloader_config, split_batches)
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = rng_types if rng_types is not None else ["generator"]
@@ -199,7 +191,7 @@ class Accelerator(ProcessMixin):
 
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, steps: int) -> None:
-        _check_steps(steps)
+        settings.check_steps(steps)
         self.gradient_state.plugin_kwargs.update({"num_steps": steps})
 
     @property
@@ -471,36 +463,6 @@ class Accelerator(ProcessMixin):
             yield profiler
         self.wait_for_everyone()
 
-    # -- later releases ------------------------------------------------------------------------
-
-    def save_state(self, output_dir: str | None = None, **kwargs: Any) -> str:
-        """Not available yet (checkpointing comes in a later release)."""
-        raise _not_yet("Accelerator.save_state")
-
-    def load_state(self, input_dir: str | None = None, **kwargs: Any) -> None:
-        """Not available yet (checkpointing comes in a later release)."""
-        raise _not_yet("Accelerator.load_state")
-
-    def save_model(self, model: torch.nn.Module, save_directory: str, **kwargs: Any) -> None:
-        """Not available yet (checkpointing comes in a later release)."""
-        raise _not_yet("Accelerator.save_model")
-
-    def register_for_checkpointing(self, *objects: Any) -> None:
-        """Not available yet (checkpointing comes in a later release)."""
-        raise _not_yet("Accelerator.register_for_checkpointing")
-
-    def init_trackers(self, project_name: str, config: Any = None, init_kwargs: Any = None) -> None:
-        """Not available yet (experiment trackers come in a later release)."""
-        raise _not_yet("Accelerator.init_trackers")
-
-    def log(self, values: dict[str, Any], step: int | None = None, log_kwargs: Any = None) -> None:
-        """Not available yet (experiment trackers come in a later release)."""
-        raise _not_yet("Accelerator.log")
-
-    def get_tracker(self, name: str, unwrap: bool = False) -> Any:
-        """Not available yet (experiment trackers come in a later release)."""
-        raise _not_yet("Accelerator.get_tracker")
-
     def end_training(self) -> None:
         """Finish the run: wait for every process (no trackers exist to close yet)."""
         self.wait_for_everyone()
@@ -511,49 +473,3 @@ class Accelerator(ProcessMixin):
             f"device={self.device}, mixed_precision={self.mixed_precision!r}, "
             f"gradient_accumulation_steps={self.gradient_accumulation_steps})"
         )
-
-
-def _check_steps(steps: object) -> None:
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise ValueError(
-            f"gradient_accumulation_steps={steps!r} is not valid: give an integer >= 1 "
-            "(1 means no accumulation)."
-        )
-
-
-def _accumulation_plugin(steps: int | None, plugin: Any, environment: Any) -> Any:
-    from accel_core.gradient_state import GradientAccumulationPlugin
-
-    if plugin is not None:
-        if steps not in (None, 1):
-            raise ValueError(
-                f"gradient_accumulation_steps={steps} and gradient_accumulation_plugin were both "
-                "given; set num_steps in the plugin only."
-            )
-        return plugin
-    if steps is None:
-        steps = environment.gradient_accumulation_steps
-    _check_steps(steps)
-    return GradientAccumulationPlugin(num_steps=steps)
-
-
-def _dataloader_config(
-    config: DataLoaderConfiguration | None, split_batches: bool | None
-) -> DataLoaderConfiguration:
-    config = config if config is not None else DataLoaderConfiguration()
-    if split_batches is not None:
-        warnings.warn(
-            "Accelerator(split_batches=...) is deprecated; pass "
-            "dataloader_config=DataLoaderConfiguration(split_batches=...) instead.",
-            FutureWarning,
-            stacklevel=3,
-        )
-        config.split_batches = bool(split_batches)
-    return config
-
-
-def _dynamo_plugin(backend: Any, plugin: TorchDynamoPlugin | None, environment: Any) -> Any:
-    if plugin is not None:
-        return plugin
-    chosen = backend if backend is not None else environment.dynamo_backend
-    return TorchDynamoPlugin(backend=str(getattr(chosen, "value", chosen) or "no").lower())
