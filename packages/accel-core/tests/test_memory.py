@@ -133,53 +133,77 @@ def test_release_memory_returns_nones_and_frees_the_objects():
     assert ref() is None
 
 
-def agreement_worker():
-    """Rank 0 fits 64, rank 1 only 32: both must try the same sizes and end at 32."""
+def two_process_worker():
+    """Two scenarios in the same pair of processes.
+
+    1. With a plain torch.distributed group (no PartialState yet): rank 0 fits 64, rank 1 only
+       32; both must try the same sizes and end at 32.
+    2. With PartialState: rank 1 fails with a non-OOM error; rank 0 must not hang and must say why.
+    """
+    from accel_ops import PartialState
+
     torch.distributed.init_process_group("gloo")
     rank = torch.distributed.get_rank()
+    out = os.environ["OUT"]
     limit = 64 if rank == 0 else 32
     tried: list[int] = []
     train = find_executable_batch_size(_fits_up_to(limit, tried), starting_batch_size=128)
     found = train()
-    out = {"rank": rank, "found": found, "tried": tried}
-    with open(os.path.join(os.environ["OUT"], f"rank{rank}.json"), "w") as f:
-        json.dump(out, f)
-    torch.distributed.destroy_process_group()
+    with open(os.path.join(out, f"agree{rank}.json"), "w") as f:
+        json.dump({"found": found, "tried": tried}, f)
 
-
-def other_error_worker():
-    """Rank 1 fails with a non-OOM error: rank 0 must not hang and must name the cause."""
-    from accel_ops import PartialState
-
-    rank = PartialState().process_index
+    state = PartialState()  # reuses the group
 
     @find_executable_batch_size(starting_batch_size=8)
-    def train(batch_size):
-        if rank == 1:
+    def fail_on_rank_one(batch_size):
+        if state.process_index == 1:
             raise KeyError("rank 1 broke")
         return batch_size
 
     try:
-        train()
+        fail_on_rank_one()
+        report = {"error": None}
     except Exception as exc:
-        print(json.dumps({"rank": rank, "error": type(exc).__name__, "message": str(exc)}))
-    PartialState().destroy_process_group()
+        report = {"error": type(exc).__name__, "message": str(exc)}
+    with open(os.path.join(out, f"error{rank}.json"), "w") as f:
+        json.dump(report, f)
+    state.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("memory")
+    results = run_workers(
+        2,
+        function=f"{__file__}::two_process_worker",
+        env={"OUT": str(out)},
+        timeout=120,
+        check=False,
+    )
+    return out, results
+
+
+def _reports(two_process_run, prefix: str) -> list[dict]:
+    out, results = two_process_run
+    files = [out / f"{prefix}{rank}.json" for rank in range(2)]
+    if not all(f.exists() for f in files):
+        logs = "\n".join(f"rank {r.rank}:\n{r.stderr[-3000:]}" for r in results)
+        pytest.fail(f"the workers did not write {prefix}*.json:\n{logs}")
+    return [json.loads(f.read_text()) for f in files]
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_processes_agree_on_the_batch_size(tmp_path):
-    run_workers(2, function=f"{__file__}::agreement_worker", env={"OUT": str(tmp_path)}, timeout=90)
-    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    assert results[0]["found"] == results[1]["found"] == 32
-    assert results[0]["tried"] == results[1]["tried"] == [128, 64, 32]
+def test_processes_agree_on_the_batch_size(two_process_run):
+    rank0, rank1 = _reports(two_process_run, "agree")
+    assert rank0 == rank1 == {"found": 32, "tried": [128, 64, 32]}
 
 
 @pytest.mark.multiprocess
 @pytest.mark.slow
-def test_a_non_oom_error_on_one_process_stops_all(tmp_path):
-    results = run_workers(2, function=f"{__file__}::other_error_worker", timeout=90)
-    reports = [json.loads(r.stdout.strip().splitlines()[-1]) for r in results]
-    assert reports[1] == {"rank": 1, "error": "KeyError", "message": "'rank 1 broke'"}
-    assert reports[0]["error"] == "RuntimeError"
-    assert "another process failed at batch_size=8" in reports[0]["message"]
+def test_a_non_oom_error_on_one_process_stops_all(two_process_run):
+    rank0, rank1 = _reports(two_process_run, "error")
+    assert rank1 == {"error": "KeyError", "message": "'rank 1 broke'"}
+    assert rank0["error"] == "RuntimeError"
+    assert "another process failed at batch_size=8" in rank0["message"]
+    assert all(r.returncode == 0 for r in two_process_run[1])
