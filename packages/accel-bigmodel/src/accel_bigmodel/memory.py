@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from accel_bigmodel.dtypes import convert_file_size_to_int
-from accel_bigmodel.sizes import compute_module_sizes, get_max_layer_size
+from accel_bigmodel.sizes import compute_module_sizes
 
 Device = int | str
 
@@ -93,20 +93,19 @@ def get_balanced_memory(
 ) -> dict[Device, int]:
     """A ``max_memory`` that spreads the model evenly over the GPUs, for ``infer_auto_device_map``.
 
-    With n GPUs each of the first n - 1 is capped at ``model size / n`` plus the biggest layer (so
-    a layer that straddles the boundary still fits); the last GPU keeps its full memory so
+    With n GPUs each of the first n - 1 is capped at ``ceil(model size / n)``; the last GPU keeps
+    its full memory, so a layer that does not fit before a boundary moves to the next GPU and
     everything that fits somewhere still does. With ``low_zero`` GPU 0 receives only what the
     other GPUs cannot hold (it is kept free for generation outputs) and the rest is spread over
     GPUs 1..n-1. With fewer than two GPUs the memory is returned unchanged.
     """
     memory = get_max_memory(max_memory)
     gpus = [d for d in memory if isinstance(d, int) and memory[d] > 0]
-    if len(gpus) < 2 or (low_zero and len(gpus) < 2):
+    if len(gpus) < 2:
         return memory
     sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
-    layer_size, _ = get_max_layer_size(list(model.named_children()), sizes, no_split_module_classes)
     sharing = gpus[1:] if low_zero else gpus
-    per_gpu = sizes[""] // len(sharing) + layer_size
+    per_gpu = -(-sizes[""] // len(sharing))
     for gpu in sharing[:-1]:
         memory[gpu] = min(memory[gpu], per_gpu)
     if low_zero:

@@ -1,0 +1,127 @@
+import pytest
+import torch
+from bigmodel_helpers import gpt2_config
+from torch import nn
+
+from accel_bigmodel import (
+    check_device_map,
+    find_tied_parameters,
+    infer_auto_device_map,
+    init_empty_weights,
+)
+from accel_bigmodel.device_map import resolve_device_map
+
+
+class Block(nn.Module):
+    """160 bytes: two Linear(4, 4)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.b = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.b(self.a(x)) + x
+
+
+def _model() -> nn.Module:
+    # 0: 80, 1: 80, 2: Block 160, 3: 80   -> 400 bytes
+    with init_empty_weights():
+        return nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), Block(), nn.Linear(4, 4))
+
+
+def test_fills_gpus_in_order_then_cpu():
+    device_map = infer_auto_device_map(_model(), {0: 200, 1: 200, "cpu": 1000})
+    assert device_map == {"0": 0, "1": 0, "2": 1, "3": "cpu"}
+    assert all(isinstance(v, (int, str)) for v in device_map.values())
+
+
+def test_offloading_reserves_the_biggest_layer_on_the_main_device():
+    # the model (400) does not fit on GPU 0 (250): 80 bytes (largest leaf) stay free there
+    assert infer_auto_device_map(_model(), {0: 250, "cpu": 1000}) == {
+        "0": 0,
+        "1": 0,
+        "2": "cpu",
+        "3": "cpu",
+    }
+
+
+def test_no_split_module_classes_is_respected():
+    # without no_split, Block is split (its first half fits next to 0 and 1)
+    split = infer_auto_device_map(_model(), {0: 250, "cpu": 1000}, clean_result=False)
+    whole = infer_auto_device_map(
+        _model(), {0: 330, "cpu": 1000}, no_split_module_classes=["Block"], clean_result=False
+    )
+    assert split == {"0": 0, "1": 0, "2.a": "cpu", "2.b": "cpu", "3": "cpu"}
+    # 330 - 160 (biggest layer is now the whole Block) = 170: 0 and 1 fit, the Block does not
+    assert whole == {"0": 0, "1": 0, "2": "cpu", "3": "cpu"}
+    loose = infer_auto_device_map(_model(), {0: 400 + 40, "cpu": 1000}, clean_result=False)
+    assert loose == {"0": 0, "1": 0, "2": 0, "3": 0}
+
+
+def test_disk_is_the_last_resort():
+    device_map = infer_auto_device_map(_model(), {"cpu": 250})
+    assert device_map == {"0": "cpu", "1": "cpu", "2": "disk", "3": "disk"}
+
+
+def test_too_small_budget_names_what_the_biggest_module_needs():
+    with pytest.raises(ValueError, match=r"\['2'\] \(160 bytes\).*only 100 bytes"):
+        infer_auto_device_map(_model(), {"cpu": 100}, no_split_module_classes=["Block"])
+
+
+def test_strategies_on_gpu_indices():
+    memory = {0: 1000, 1: 1000, 2: 1000, "cpu": 1000}
+    model = _model()
+    assert resolve_device_map(model, "sequential", memory) == {"": 0}
+    assert resolve_device_map(model, "balanced", {0: 1000, 1: 1000, "cpu": 1000}) == {
+        "0": 0,
+        "1": 0,
+        "2": 1,
+        "3": 1,
+    }
+    # balanced_low_0: GPU 0 only gets what GPUs 1 and 2 cannot hold (nothing)
+    low = resolve_device_map(model, "balanced_low_0", memory, no_split_module_classes=["Block"])
+    assert low == {"0": 1, "1": 1, "2": 2, "3": 2}
+    with pytest.raises(ValueError, match=r"unknown device_map strategy 'fast'.*'sequential'"):
+        resolve_device_map(model, "fast", memory)
+
+
+def test_tied_parameters_share_a_device():
+    with init_empty_weights():
+        from transformers import GPT2LMHeadModel
+
+        model = GPT2LMHeadModel(gpt2_config(layers=4))
+    assert find_tied_parameters(model) == [["lm_head.weight", "transformer.wte.weight"]]
+    memory = {0: 100_000, 1: 100_000, "cpu": 10**6}
+    device_map = infer_auto_device_map(model, memory, no_split_module_classes=["GPT2Block"])
+    assert device_map["lm_head"] == device_map["transformer.wte"]
+    # no GPT2Block is split
+    for key in device_map:
+        parts = key.split(".")
+        assert not (len(parts) > 3 and parts[1] == "h"), key
+    check_device_map(model, device_map)
+
+
+def test_transformers_no_split_modules_with_small_budget():
+    from bigmodel_helpers import llama_config
+    from transformers import LlamaForCausalLM
+
+    with init_empty_weights():
+        model = LlamaForCausalLM(llama_config(layers=4))
+    no_split = model._no_split_modules
+    device_map = infer_auto_device_map(model, {"cpu": 60_000}, no_split_module_classes=no_split)
+    assert "disk" in device_map.values() and "cpu" in device_map.values()
+    for key in device_map:
+        assert not key.startswith("model.layers.") or key.count(".") == 2, key
+
+
+def test_check_device_map_errors():
+    model = _model()
+    with pytest.raises(ValueError, match=r"unknown device 'gpu0' for module '0'"):
+        check_device_map(model, {"0": "gpu0", "1": 0, "2": 0, "3": 0})
+    with pytest.raises(ValueError, match=r"does not place 2 tensors.*'3.weight'"):
+        check_device_map(model, {"0": 0, "1": 0, "2": 0})
+    with pytest.raises(ValueError, match=r"'2.c'.*did you mean '2.[ab]'"):
+        check_device_map(model, {"": 0, "2.c": 0})
+    check_device_map(model, {"": "cpu"})
+    assert torch.device("meta") == model[0].weight.device

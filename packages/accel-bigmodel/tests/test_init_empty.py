@@ -1,0 +1,128 @@
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from accel_bigmodel import init_empty_weights, init_on_device
+
+
+class WithBuffer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(1000, 1000)
+        self.register_buffer("steps", torch.arange(4.0))
+
+
+def test_parameters_on_meta_buffers_kept():
+    with init_empty_weights():
+        model = WithBuffer()
+    assert model.linear.weight.device.type == "meta"
+    assert isinstance(model.linear.weight, nn.Parameter)
+    assert model.linear.weight.requires_grad
+    assert model.steps.device.type == "cpu"
+    assert torch.equal(model.steps, torch.arange(4.0))
+
+
+def test_include_buffers_puts_buffers_on_meta():
+    with init_empty_weights(include_buffers=True):
+        model = WithBuffer()
+        made = torch.zeros(3)
+    assert model.steps.device.type == "meta"
+    assert made.device.type == "meta"
+    assert torch.zeros(3).device.type == "cpu"
+
+
+def test_patches_are_restored_even_after_an_error():
+    original = nn.Module.register_parameter
+    with pytest.raises(RuntimeError, match="boom"), init_empty_weights(include_buffers=True):
+        raise RuntimeError("boom")
+    assert nn.Module.register_parameter is original
+    assert nn.Linear(2, 2).weight.device.type == "cpu"
+    assert nn.Linear(2, 2).weight.abs().sum() > 0  # initialisation runs again outside
+
+
+def test_init_on_device_cpu_initialises_normally():
+    torch.manual_seed(0)
+    with init_on_device("cpu"):
+        layer = nn.Linear(4, 4)
+    torch.manual_seed(0)
+    plain = nn.Linear(4, 4)
+    assert torch.equal(layer.weight, plain.weight)
+
+
+def test_initialisation_of_real_tensors_still_runs_inside():
+    with init_empty_weights():
+        tensor = torch.empty(3)
+        nn.init.constant_(tensor, 2.0)
+    assert torch.equal(tensor, torch.full((3,), 2.0))
+
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys, time, psutil
+    import torch
+    from torch import nn
+    before_dynamo = "torch._dynamo" in sys.modules
+    from accel_bigmodel import init_empty_weights
+    rss = psutil.Process().memory_info().rss
+    start = time.perf_counter()
+    with init_empty_weights():
+        # 8 x (16384 x 16384) float32 = 8.6 GB if allocated
+        model = nn.Sequential(*[nn.Linear(16384, 16384) for _ in range(8)])
+    seconds = time.perf_counter() - start
+    growth = psutil.Process().memory_info().rss - rss
+    print(json.dumps({"seconds": seconds, "growth": growth, "before": before_dynamo,
+                      "dynamo": "torch._dynamo" in sys.modules,
+                      "params": sum(p.numel() for p in model.parameters())}))
+    """
+)
+
+
+def test_skeleton_is_fast_and_does_not_import_dynamo():
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["params"] == 8 * (16384 * 16384 + 16384)
+    assert result["growth"] < 50 * 2**20
+    assert result["seconds"] < 2.0
+    if not result["before"]:
+        assert not result["dynamo"], "building a skeleton imported torch._dynamo"
+
+
+LLAMA_70B = textwrap.dedent(
+    """
+    import json, time, psutil
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from accel_bigmodel import init_empty_weights
+    config = LlamaConfig(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                         num_attention_heads=64, num_key_value_heads=8, vocab_size=32000)
+    rss = psutil.Process().memory_info().rss
+    start = time.perf_counter()
+    with init_empty_weights():
+        model = LlamaForCausalLM(config)
+    seconds = time.perf_counter() - start
+    growth = psutil.Process().memory_info().rss - rss
+    devices = sorted({p.device.type for p in model.parameters()})
+    print(json.dumps({"seconds": seconds, "growth": growth, "devices": devices,
+                      "params": sum(p.numel() for p in model.parameters())}))
+    """
+)
+
+
+@pytest.mark.slow
+def test_70b_llama_skeleton_allocates_nothing():
+    done = subprocess.run(
+        [sys.executable, "-c", LLAMA_70B], capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["params"] > 68e9
+    assert result["devices"] == ["meta"]
+    assert result["growth"] < 100 * 2**20  # 276 GB of float32 weights if allocated
+    assert result["seconds"] < 5.0
