@@ -202,11 +202,10 @@ def find_executable_batch_size(
                 result = function(batch_size, *args, **kwargs)
                 status = _OK
             except Exception as exc:
-                if not should_reduce_batch_size(exc):
-                    status, error = _OTHER_ERROR, exc
-                else:
-                    status = _OUT_OF_MEMORY
-                    del exc
+                # The OOM exception is not kept: its traceback holds the attempt's tensors.
+                status, error = (
+                    (_OUT_OF_MEMORY, None) if should_reduce_batch_size(exc) else (_OTHER_ERROR, exc)
+                )
             distributed = _process_group_size() > 1
             if distributed:
                 agreed = _all_reduce_max([status])[0]
