@@ -25,13 +25,7 @@ LOG_LEVEL_ENV = "ACCEL_LOG_LEVEL"
 def _process_state() -> Any:
     import accel_ops
 
-    is_initialized = getattr(accel_ops, "is_initialized", None)
-    initialized = (
-        is_initialized()
-        if is_initialized is not None
-        else bool(getattr(accel_ops.PartialState, "_shared_state", None))
-    )
-    if not initialized:
+    if not accel_ops.is_initialized():
         raise RuntimeError(
             "get_logger's loggers need the process state to know which process they run in: "
             "create PartialState() or Accelerator() before logging."

@@ -13,7 +13,13 @@ import random
 
 import torch
 
-from accel_ops import PartialState, RNGType, broadcast, broadcast_object_list
+from accel_ops import (
+    PartialState,
+    RNGType,
+    broadcast,
+    broadcast_object_list,
+    is_torch_xla_available,
+)
 
 _SUPPORTED = ("torch", "cuda", "xla", "generator")
 
@@ -37,7 +43,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         np.random.seed(seed % 2**32)  # NumPy's legacy seeding takes 0 <= seed < 2**32
     torch.manual_seed(seed)
     torch.cuda.manual_seed_all(seed)  # deferred until CUDA is initialised; no-op without CUDA
-    if importlib.util.find_spec("torch_xla") is not None:
+    if is_torch_xla_available():
         import torch_xla.core.xla_model as xm
 
         xm.set_rng_state(seed)
@@ -62,7 +68,7 @@ def _resolve(rng_type: RNGType | str | None, generator: torch.Generator | None) 
         )
     if kind.value == "cuda" and not torch.cuda.is_available():
         raise ValueError("rng_type='cuda' needs CUDA, and torch.cuda.is_available() is False.")
-    if kind.value == "xla" and importlib.util.find_spec("torch_xla") is None:
+    if kind.value == "xla" and not is_torch_xla_available():
         raise ValueError("rng_type='xla' needs torch_xla: pip install torch_xla.")
     return kind
 
