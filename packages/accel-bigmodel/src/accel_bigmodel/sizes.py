@@ -80,6 +80,9 @@ def compute_module_sizes(
         for k, v in (special_dtypes or {}).items()
     }
     sizes: dict[str, int] = defaultdict(int)
+    if not buffers_only:
+        for name, _ in model.named_modules():
+            sizes[name] = 0
     tensors = model.named_buffers() if buffers_only else named_module_tensors(model, recurse=True)
     for name, tensor in tensors:
         size = _tensor_bytes(name, tensor, target, special)
