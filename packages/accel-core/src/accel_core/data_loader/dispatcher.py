@@ -94,21 +94,36 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         """
         from accel_ops import broadcast_object_list, concatenate, get_data_structure
 
-        batch = None
+        batch, failure = None, None
         if iterator is not None and self.state.process_index == 0:
-            wanted = 1 if self.split_batches else self.state.num_processes
-            pieces = []
-            for _ in range(wanted):
-                try:
-                    pieces.append(next(iterator))
-                except StopIteration:
-                    break
-            complete = len(pieces) == wanted
-            if pieces and (complete or not self._drop_last):
-                batch = pieces[0] if len(pieces) == 1 else self._concatenate(concatenate, pieces)
-        layout = [None if batch is None else get_data_structure(batch)]
-        broadcast_object_list(layout, from_process=0)
-        return batch, layout[0]
+            try:
+                batch = self._read_global_batch(iterator, concatenate)
+            except Exception as error:
+                failure = error
+        message = None if failure is None else f"{type(failure).__name__}: {failure}"
+        payload = [None if batch is None else get_data_structure(batch), message]
+        # Every process learns the layout, or that the main process failed (instead of hanging).
+        broadcast_object_list(payload, from_process=0)
+        if failure is not None:
+            raise failure
+        if payload[1] is not None:
+            raise RuntimeError(
+                f"DataLoaderDispatcher: the main process failed to load a batch ({payload[1]}); "
+                "see its traceback."
+            )
+        return batch, payload[0]
+
+    def _read_global_batch(self, iterator: Iterator[Any], concatenate: Callable[..., Any]) -> Any:
+        wanted = 1 if self.split_batches else self.state.num_processes
+        pieces = []
+        for _ in range(wanted):
+            try:
+                pieces.append(next(iterator))
+            except StopIteration:
+                break
+        if not pieces or (len(pieces) < wanted and self._drop_last):
+            return None
+        return pieces[0] if len(pieces) == 1 else self._concatenate(concatenate, pieces)
 
     @staticmethod
     def _concatenate(concatenate: Callable[..., Any], pieces: list[Any]) -> Any:
