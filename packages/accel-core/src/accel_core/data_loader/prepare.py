@@ -47,7 +47,7 @@ def _seedable(sampler: RandomSampler, data_seed: int | None) -> SeedableRandomSa
         sampler.data_source,
         replacement=sampler.replacement,
         num_samples=sampler._num_samples,
-        generator=sampler.generator,
+        generator=None,  # its own generator: the user's keeps its state
         data_seed=data_seed,
     )
 
@@ -81,7 +81,9 @@ def prepare_data_loader(
 
     Args:
         dataloader: the loader to shard. It is not modified, except that a shuffling sampler
-            without a generator gets one (so that ``rng_types=["generator"]`` can synchronise it).
+            without a generator gets one (so that ``rng_types=["generator"]`` can synchronise it)
+            and that ``use_seedable_sampler`` replaces the ``sampler`` attribute of a custom
+            batch sampler (a plain ``BatchSampler`` is rebuilt instead).
         device: where batches go when ``put_on_device`` (and for dispatching).
         num_processes, process_index: the split; default to ``PartialState()``'s values.
         split_batches: cut each batch into ``num_processes`` slices (the batch size must be a
