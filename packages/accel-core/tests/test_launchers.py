@@ -13,6 +13,17 @@ import torch
 from accel_core.launchers import WorkerProcessError, debug_launcher, notebook_launcher
 from accel_testing import free_port
 
+
+@pytest.fixture(autouse=True)
+def no_process_state():
+    """The launchers refuse to start from a process with a PartialState: start each test without."""
+    from accel_ops import PartialState
+
+    PartialState._reset_state()
+    yield
+    PartialState._reset_state()
+
+
 _SEEN = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "ACCEL_USE_CPU", "ACCEL_MIXED_PRECISION")
 
 

@@ -17,6 +17,16 @@ except ImportError:  # pragma: no cover - depends on the environment
     np = None
 
 
+@pytest.fixture(autouse=True)
+def fresh_process_state():
+    """Tests here create a one-process PartialState; don't leave it to the next test file."""
+    from accel_ops import PartialState
+
+    PartialState._reset_state()
+    yield
+    PartialState._reset_state()
+
+
 def _draws() -> list:
     numpy_draw = float(np.random.rand()) if np is not None else None
     return [random.random(), numpy_draw, torch.rand(3).tolist()]
