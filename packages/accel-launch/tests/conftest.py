@@ -37,8 +37,12 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_accel(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
-              cwd: str | Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_accel(
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    cwd: str | Path | None = None,
+) -> subprocess.CompletedProcess[str]:
     """Run ``accel ARGS`` to completion and return the finished process (never raises on rc)."""
     return subprocess.run(
         [*accel_command(), *args],

@@ -36,8 +36,14 @@ def test_help_config_and_dry_run_do_not_import_torch(tmp_path: Path):
         ["config", "update", "--config_file", str(config)],
         ["launch", "--dry-run", "--num_processes", "2", "--config_file", str(config), "x.py"],
     ]
-    done = subprocess.run([sys.executable, "-c", _NO_TORCH.format(argvs=argvs)],
-                          capture_output=True, text=True, env=clean_env(), timeout=60, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_TORCH.format(argvs=argvs)],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=60,
+        check=False,
+    )
     assert "TORCH_IMPORTED False" in done.stdout, done.stdout + done.stderr
     assert config.is_file()
 
@@ -94,14 +100,30 @@ def test_env_reports_versions_and_config(tmp_path: Path):
 
 def test_dry_run_shows_sources_and_worker_environment(tmp_path: Path):
     env = clean_env(ACCEL_MIXED_PRECISION="bf16", XDG_CONFIG_HOME=str(tmp_path))
-    done = run_accel("launch", "--dry-run", "--config_file", str(FIXTURES / "multi_cpu.yaml"),
-                     "--use_fsdp", "--fsdp_offload_params", "true", "train.py", "--lr", "1", env=env)
+    done = run_accel(
+        "launch",
+        "--dry-run",
+        "--config_file",
+        str(FIXTURES / "multi_cpu.yaml"),
+        "--use_fsdp",
+        "--fsdp_offload_params",
+        "true",
+        "train.py",
+        "--lr",
+        "1",
+        env=env,
+    )
     assert done.returncode == 0, done.stderr
     out = done.stdout
     lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
     assert lines["num_processes"].split()[1:3] == ["3", "config"]
     assert lines["mixed_precision"].split()[1:] == ["bf16", "env", "ACCEL_MIXED_PRECISION"]
-    assert lines["rdzv_backend"].split()[1:] == ["static", "config", "file", str(FIXTURES / "multi_cpu.yaml")]
+    assert lines["rdzv_backend"].split()[1:] == [
+        "static",
+        "config",
+        "file",
+        str(FIXTURES / "multi_cpu.yaml"),
+    ]
     assert lines["max_restarts"].split()[1:] == ["0", "default"]
     assert lines["distributed_type"].split()[1:] == ["FSDP", "flag"]
     assert "  ACCEL_STRATEGY=fsdp" in out
@@ -123,7 +145,9 @@ def test_busy_main_process_port_is_a_clear_error():
 
 def test_committed_cli_reference_is_generated():
     committed = (REPO / "docs" / "reference" / "cli.md").read_text()
-    assert committed == generate(), "regenerate: python -m accel_launch.docgen > docs/reference/cli.md"
+    assert committed == generate(), (
+        "regenerate: python -m accel_launch.docgen > docs/reference/cli.md"
+    )
 
 
 def test_accel_command_is_installed():

@@ -8,7 +8,13 @@ from pathlib import Path
 import pytest
 from conftest import FIXTURES
 
-from accel_launch import ConfigError, default_config_file, load_config, save_config, write_basic_config
+from accel_launch import (
+    ConfigError,
+    default_config_file,
+    load_config,
+    save_config,
+    write_basic_config,
+)
 from accel_launch.config.files import update_config
 
 ALL_FIXTURES = sorted(FIXTURES.glob("*.yaml"))
@@ -54,14 +60,18 @@ def test_case_of_choices_is_normalised(tmp_path: Path):
 def test_unknown_key_names_the_nearest_valid_one(tmp_path: Path):
     path = tmp_path / "bad.yaml"
     path.write_text("num_processs: 2\n")
-    with pytest.raises(ConfigError, match=r"unknown key 'num_processs'.*Did you mean 'num_processes'"):
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'num_processs'.*Did you mean 'num_processes'"
+    ):
         load_config(path)
 
 
 def test_unknown_nested_key_names_the_section(tmp_path: Path):
     path = tmp_path / "bad.yaml"
     path.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_ofload_params: true\n")
-    with pytest.raises(ConfigError, match=r"'fsdp_config.fsdp_ofload_params'.*'fsdp_config.fsdp_offload_params'"):
+    with pytest.raises(
+        ConfigError, match=r"'fsdp_config.fsdp_ofload_params'.*'fsdp_config.fsdp_offload_params'"
+    ):
         load_config(path)
 
 
@@ -74,17 +84,17 @@ def test_wrong_value_names_key_value_and_choices(tmp_path: Path):
     assert "mixed_precision='fp8'" in message
     assert "no, fp16, bf16" in message
     path.write_text("num_processes: many\n")
-    with pytest.raises(ConfigError, match="num_processes='many'.*integer"):
+    with pytest.raises(ConfigError, match=r"num_processes='many'.*integer"):
         load_config(path)
     path.write_text("use_cpu: perhaps\n")
-    with pytest.raises(ConfigError, match="use_cpu='perhaps'.*true or false"):
+    with pytest.raises(ConfigError, match=r"use_cpu='perhaps'.*true or false"):
         load_config(path)
 
 
 def test_out_of_scope_sections_must_be_empty(tmp_path: Path):
     path = tmp_path / "bad.yaml"
     path.write_text("megatron_lm_config:\n  megatron_lm_tp_degree: 2\n")
-    with pytest.raises(ConfigError, match="megatron_lm_config.*not supported"):
+    with pytest.raises(ConfigError, match=r"megatron_lm_config.*not supported"):
         load_config(path)
 
 

@@ -22,9 +22,10 @@ DOWN, ENTER, BACKSPACE = "\x1b[B", "\r", "\x7f"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\x1b[=>]")
 
 
-def drive(args: list[str], steps: list[tuple[str, list[str]]], env: dict[str, str],
-          timeout: float = 30) -> tuple[int, str]:
-    """Run ``accel ARGS`` in a pty; for each (prompt text, keys) wait for the text, type the keys."""
+def drive(
+    args: list[str], steps: list[tuple[str, list[str]]], env: dict[str, str], timeout: float = 30
+) -> tuple[int, str]:
+    """Run ``accel ARGS`` in a pty; for each (prompt, keys) wait for the prompt, type the keys."""
     command = accel_command() + args
     pid, fd = pty.fork()
     if pid == 0:  # child
@@ -52,8 +53,10 @@ def drive(args: list[str], steps: list[tuple[str, list[str]]], env: dict[str, st
         for prompt, keys in steps:
             while prompt not in pending:
                 if time.monotonic() > deadline or not read_some():
-                    raise AssertionError(f"prompt {prompt!r} never came; screen:\n{_ANSI.sub('', seen)[-2000:]}")
-            pending = pending[pending.index(prompt) + len(prompt):]
+                    raise AssertionError(
+                        f"prompt {prompt!r} never came; screen:\n{_ANSI.sub('', seen)[-2000:]}"
+                    )
+            pending = pending[pending.index(prompt) + len(prompt) :]
             time.sleep(0.15)
             for key in keys:
                 os.write(fd, key.encode())
@@ -68,7 +71,12 @@ def drive(args: list[str], steps: list[tuple[str, list[str]]], env: dict[str, st
 
 @pytest.fixture
 def tty_env(tmp_path: Path) -> dict[str, str]:
-    return clean_env(TERM="xterm", PROMPT_TOOLKIT_NO_CPR="1", XDG_CONFIG_HOME=str(tmp_path / "xdg"), CUDA_VISIBLE_DEVICES="")
+    return clean_env(
+        TERM="xterm",
+        PROMPT_TOOLKIT_NO_CPR="1",
+        XDG_CONFIG_HOME=str(tmp_path / "xdg"),
+        CUDA_VISIBLE_DEVICES="",
+    )
 
 
 @pytest.mark.slow
@@ -149,8 +157,9 @@ def test_cluster_fsdp_to_the_default_location(tmp_path: Path, tty_env: dict[str,
 @pytest.mark.slow
 def test_ctrl_c_writes_nothing(tmp_path: Path, tty_env: dict[str, str]):
     target = tmp_path / "never.yaml"
-    code, screen = drive(["config", "--config_file", str(target)],
-                         [("Where will the job run?", ["\x03"])], tty_env)
+    code, screen = drive(
+        ["config", "--config_file", str(target)], [("Where will the job run?", ["\x03"])], tty_env
+    )
     assert code != 0
     assert "nothing was written" in screen
     assert not target.exists()

@@ -1,4 +1,4 @@
-"""Resolution of launch values (flag > environment > config file > default) and the worker environment."""
+"""Resolving launch values (flag > environment > config file > default); the worker environment."""
 
 from __future__ import annotations
 
@@ -27,11 +27,16 @@ def test_precedence_flag_env_config_default():
     plan = resolve(flags("--num_processes", "2", "--cpu"), env, config, "c.yaml")
     assert (plan["num_processes"], plan.values["num_processes"].source) == (2, "flag")
     assert (plan["mixed_precision"], plan.values["mixed_precision"].source) == (
-        "bf16", "env ACCEL_MIXED_PRECISION")
+        "bf16",
+        "env ACCEL_MIXED_PRECISION",
+    )
     assert (plan["debug"], plan.values["debug"].source) == (True, "config file c.yaml")
     assert (plan["rdzv_backend"], plan.values["rdzv_backend"].source) == ("static", "default")
     plan = resolve(flags(), env, config, "c.yaml")
-    assert (plan["num_processes"], plan.values["num_processes"].source) == (3, "env ACCEL_NUM_PROCESSES")
+    assert (plan["num_processes"], plan.values["num_processes"].source) == (
+        3,
+        "env ACCEL_NUM_PROCESSES",
+    )
 
 
 def test_dashed_and_underscored_names_are_the_same_option():
@@ -79,8 +84,9 @@ def test_deepspeed_config_and_flags_merge_into_strategy_config():
 
 def test_use_fsdp_flag_overrides_a_ddp_config():
     config = load_config(FIXTURES / "multi_gpu.yaml")
-    plan = resolve(flags("--use_fsdp", "--fsdp_sharding_strategy", "SHARD_GRAD_OP", "--cpu"),
-                   {}, config, "x")
+    plan = resolve(
+        flags("--use_fsdp", "--fsdp_sharding_strategy", "SHARD_GRAD_OP", "--cpu"), {}, config, "x"
+    )
     env = accel_environment(plan)
     assert env["ACCEL_STRATEGY"] == "fsdp"
     assert json.loads(env["ACCEL_STRATEGY_CONFIG"]) == {"fsdp_sharding_strategy": "SHARD_GRAD_OP"}
@@ -97,13 +103,15 @@ def test_gpu_ids_become_cuda_visible_devices():
 
 
 def test_inconsistent_values_are_clear_errors():
-    with pytest.raises(AccelLaunchError, match="--num_processes 3 .* multiple of --num_machines 2"):
+    with pytest.raises(
+        AccelLaunchError, match=r"--num_processes 3 .* multiple of --num_machines 2"
+    ):
         resolve(flags("--num_processes", "3", "--num_machines", "2"), {}, {})
     with pytest.raises(AccelLaunchError, match="--machine_rank 2 is out of range"):
         resolve(flags("--num_machines", "2", "--machine_rank", "2"), {}, {})
     with pytest.raises(AccelLaunchError, match="ACCEL_NUM_PROCESSES='two'"):
         resolve(flags(), {"ACCEL_NUM_PROCESSES": "two"}, {})
-    with pytest.raises(AccelLaunchError, match="ACCEL_MIXED_PRECISION='fp8'.*no, fp16, bf16"):
+    with pytest.raises(AccelLaunchError, match=r"ACCEL_MIXED_PRECISION='fp8'.*no, fp16, bf16"):
         resolve(flags(), {"ACCEL_MIXED_PRECISION": "fp8"}, {})
 
 
@@ -120,8 +128,12 @@ def test_slurm_nodelists_expand(nodelist: str, hosts: list[str]):
 
 
 def test_slurm_variables_give_the_machine_layout():
-    env = {"SLURM_NNODES": "3", "SLURM_NODEID": "2", "SLURM_PROCID": "2",
-           "SLURM_JOB_NODELIST": "node[07-09]"}
+    env = {
+        "SLURM_NNODES": "3",
+        "SLURM_NODEID": "2",
+        "SLURM_PROCID": "2",
+        "SLURM_JOB_NODELIST": "node[07-09]",
+    }
     assert slurm_layout(env) == {
         "num_machines": (3, "SLURM_NNODES"),
         "machine_rank": (2, "SLURM_NODEID"),
@@ -133,5 +145,7 @@ def test_slurm_variables_give_the_machine_layout():
     assert plan.values["machine_rank"].source == "env SLURM_NODEID"
     assert plan.nproc_per_node == 2
     # a flag still wins over SLURM
-    assert resolve(flags("--machine_rank", "0", "--num_processes", "6"), env, {})["machine_rank"] == 0
+    assert (
+        resolve(flags("--machine_rank", "0", "--num_processes", "6"), env, {})["machine_rank"] == 0
+    )
     assert slurm_layout({}) == {}

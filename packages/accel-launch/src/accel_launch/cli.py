@@ -1,4 +1,4 @@
-"""The ``accel`` command: ``config``, ``launch``, ``test``, ``env``, ``estimate-memory``, ``merge-weights``.
+"""The ``accel`` command: config, launch, test, env, estimate-memory, merge-weights.
 
 Building the parser imports only the standard library and this package's option tables, so
 ``accel --help`` and ``accel config`` never import torch; each command imports what it needs when

@@ -47,8 +47,10 @@ def _section(name: str, parser: argparse.ArgumentParser, level: int) -> list[str
     subcommands = _subparsers(parser)
     for group in parser._action_groups:
         actions = [
-            a for a in group._group_actions
-            if a.help != argparse.SUPPRESS and not isinstance(a, argparse._SubParsersAction)
+            a
+            for a in group._group_actions
+            if a.help != argparse.SUPPRESS
+            and not isinstance(a, argparse._SubParsersAction)
             and not isinstance(a, argparse._HelpAction)
         ]
         if not actions:
@@ -75,7 +77,9 @@ def generate() -> str:
     parser = build_parser()
     parser.prog = "accel"
     lines = [HEADER, "Commands:", ""]
-    lines += [f"- [`accel {name}`](#accel-{name.replace(' ', '-')})" for name in _subparsers(parser)]
+    lines += [
+        f"- [`accel {name}`](#accel-{name.replace(' ', '-')})" for name in _subparsers(parser)
+    ]
     lines.append("")
     for name, sub in _subparsers(parser).items():
         lines += _section(f"accel {name}", sub, 2)

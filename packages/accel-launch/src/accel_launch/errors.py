@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 class AccelLaunchError(Exception):
-    """A problem the user can fix (a bad flag, config value or environment); printed without a traceback."""
+    """A problem the user can fix (bad flag, config value, environment); shown without traceback."""
 
 
 class ConfigError(AccelLaunchError, ValueError):

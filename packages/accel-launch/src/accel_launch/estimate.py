@@ -42,13 +42,16 @@ def _detect_library(model: str) -> str:
 
 
 def _build(model: str, library: str) -> Any:
-    import torch
-
     if library == "transformers":
         if importlib.util.find_spec("transformers") is None:
-            raise AccelLaunchError("a config.json model needs transformers: pip install transformers")
+            raise AccelLaunchError(
+                "a config.json model needs transformers: pip install transformers"
+            )
         if not (Path(model) / "config.json").is_file():
-            raise AccelLaunchError(f"{model!r} has no config.json (expected a transformers model folder)")
+            raise AccelLaunchError(
+                f"{model!r} has no config.json (expected a transformers model folder)"
+            )
+        import torch
         import transformers
 
         config = transformers.AutoConfig.from_pretrained(model)
@@ -57,10 +60,11 @@ def _build(model: str, library: str) -> Any:
     if library == "timm":
         if importlib.util.find_spec("timm") is None:
             raise AccelLaunchError(
-                f"{model!r} is not a folder or module:callable, so it is read as a timm architecture "
-                "name, and timm is not installed: pip install timm"
+                f"{model!r} is not a folder or module:callable, so it is read as a timm "
+                "architecture name, and timm is not installed: pip install timm"
             )
         import timm
+        import torch
 
         with torch.device("meta"):
             return timm.create_model(model, pretrained=False)
@@ -71,6 +75,8 @@ def _build(model: str, library: str) -> Any:
         factory = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as error:
         raise AccelLaunchError(f"cannot load {model!r}: {error}") from None
+    import torch
+
     with torch.device("meta"):
         return factory()
 
@@ -97,7 +103,9 @@ def _largest_layer(model: Any) -> tuple[str, int]:
     return best
 
 
-def estimate(model: str, dtypes: list[str], library: str | None = None) -> tuple[str, list[Estimate]]:
+def estimate(
+    model: str, dtypes: list[str], library: str | None = None
+) -> tuple[str, list[Estimate]]:
     """Build ``model`` on the meta device; return the largest layer's name and one row per dtype."""
     unknown = [d for d in dtypes if d not in DTYPE_BYTES]
     if unknown:

@@ -40,13 +40,16 @@ def load_sharded(checkpoint_dir: str | Path) -> dict[str, Any]:
             f"{str(folder)!r} is not a torch.distributed.checkpoint folder (no .metadata file); "
             "pass the folder the sharded checkpoint was saved to"
         )
-    import torch.distributed.checkpoint as dcp
+    # The same private pieces torch's own format_utils.dcp_to_torch_save uses: the public
+    # dcp.load copies the dict it is given, so an empty dict cannot be filled through it.
+    from torch.distributed.checkpoint import FileSystemReader
     from torch.distributed.checkpoint.default_planner import _EmptyStateDictLoadPlanner
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict
 
     state: dict[str, Any] = {}
-    dcp.load(
+    _load_state_dict(
         state,
-        storage_reader=dcp.FileSystemReader(str(folder)),
+        storage_reader=FileSystemReader(str(folder)),
         planner=_EmptyStateDictLoadPlanner(),
         no_dist=True,
     )
@@ -71,15 +74,17 @@ def merge_weights(
             "writing safetensors needs the safetensors package: pip install 'accel-launch[merge]' "
             "(or pass --unsafe_serialization to write pytorch_model.bin with torch.save)"
         )
+    state = load_sharded(checkpoint_dir)
     import torch
 
-    state = load_sharded(checkpoint_dir)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if safe_serialization:
         from safetensors.torch import save_file
 
-        tensors = {k: v.contiguous().clone() for k, v in state.items() if isinstance(v, torch.Tensor)}
+        tensors = {
+            k: v.contiguous().clone() for k, v in state.items() if isinstance(v, torch.Tensor)
+        }
         target = out / SAFE_WEIGHTS_NAME
         save_file(tensors, str(target), metadata={"format": "pt"})
     else:

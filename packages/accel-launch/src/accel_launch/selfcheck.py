@@ -102,8 +102,9 @@ def _core_checks(torch: Any) -> list[tuple[str, Callable[[], str]]]:
         model = torch.nn.Linear(4, 1)
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
         x = torch.randn(32, 4)
-        data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)),
-                                           batch_size=4)
+        data = torch.utils.data.DataLoader(
+            torch.utils.data.TensorDataset(x, x.sum(1, keepdim=True)), batch_size=4
+        )
         model, optimizer, data = accelerator.prepare(model, optimizer, data)
         losses = []
         for step, (inputs, targets) in enumerate(data):
@@ -135,17 +136,28 @@ def main() -> int:
     import torch.distributed as dist
 
     results: list[tuple[str, str, str]] = []
-    backend = "nccl" if torch.cuda.is_available() and os.environ.get("ACCEL_USE_CPU") != "true" else "gloo"
+    backend = (
+        "nccl"
+        if torch.cuda.is_available() and os.environ.get("ACCEL_USE_CPU") != "true"
+        else "gloo"
+    )
     if "RANK" in os.environ and not dist.is_initialized():
         if backend == "nccl":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend)
     if not dist.is_initialized():
         dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
-    results.append(("process group", "PASS",
-                    f"rank {dist.get_rank()} of {dist.get_world_size()}, {dist.get_backend()}"))
+    results.append(
+        (
+            "process group",
+            "PASS",
+            f"rank {dist.get_rank()} of {dist.get_world_size()}, {dist.get_backend()}",
+        )
+    )
     checks = _torch_checks(dist, torch)
-    missing = [name for name in ("accel_ops", "accel_core") if importlib.util.find_spec(name) is None]
+    missing = [
+        name for name in ("accel_ops", "accel_core") if importlib.util.find_spec(name) is None
+    ]
     if "accel_ops" not in missing:
         checks += _ops_checks(torch)
     if "accel_core" not in missing:

@@ -13,31 +13,50 @@ DESCRIPTION = (
 
 
 def _config_file_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config_file", "--config-file", dest="config_file", default=None,
-                        help="Path of the config file (default: see `accel config --help`).")
+    parser.add_argument(
+        "--config_file",
+        "--config-file",
+        dest="config_file",
+        default=None,
+        help="Path of the config file (default: see `accel config --help`).",
+    )
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel config`` and its subcommands."""
-    parser = commands.add_parser("config", help="Create or show the config file.",
-                                 description=DESCRIPTION)
+    parser = commands.add_parser(
+        "config", help="Create or show the config file.", description=DESCRIPTION
+    )
     _config_file_arg(parser)
     parser.set_defaults(run=run_questionnaire)
     sub = parser.add_subparsers(dest="config_command", metavar="<subcommand>")
-    default = sub.add_parser("default", help="Write a config for this machine without questions.",
-                             description="Write a config for this machine without questions: "
-                             "every visible GPU (one process each), or one CPU process.")
+    default = sub.add_parser(
+        "default",
+        help="Write a config for this machine without questions.",
+        description="Write a config for this machine without questions: "
+        "every visible GPU (one process each), or one CPU process.",
+    )
     _config_file_arg(default)
-    default.add_argument("--mixed_precision", "--mixed-precision", default="no",
-                         choices=("no", "fp16", "bf16"), help="Mixed precision mode.")
+    default.add_argument(
+        "--mixed_precision",
+        "--mixed-precision",
+        default="no",
+        choices=("no", "fp16", "bf16"),
+        help="Mixed precision mode.",
+    )
     default.set_defaults(run=run_default)
-    update = sub.add_parser("update", help="Bring an older config file up to date.",
-                            description="Rewrite a config file with today's keys and defaults, "
-                            "keeping its values.")
+    update = sub.add_parser(
+        "update",
+        help="Bring an older config file up to date.",
+        description="Rewrite a config file with today's keys and defaults, keeping its values.",
+    )
     _config_file_arg(update)
     update.set_defaults(run=run_update)
-    show = sub.add_parser("show", help="Print the config file.",
-                          description="Print the config file after checking it.")
+    show = sub.add_parser(
+        "show",
+        help="Print the config file.",
+        description="Print the config file after checking it.",
+    )
     _config_file_arg(show)
     show.set_defaults(run=run_show)
     return parser

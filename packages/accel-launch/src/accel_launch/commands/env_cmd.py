@@ -32,8 +32,13 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         description="Print versions (python, torch, accel packages), platform, CPU/GPU/RAM and "
         "the config file, as one block to paste into a bug report.",
     )
-    parser.add_argument("--config_file", "--config-file", dest="config_file", default=None,
-                        help="Config file to show (default: the default location).")
+    parser.add_argument(
+        "--config_file",
+        "--config-file",
+        dest="config_file",
+        default=None,
+        help="Config file to show (default: the default location).",
+    )
     parser.set_defaults(run=run)
     return parser
 
@@ -78,8 +83,10 @@ def report(config_file: str | None = None) -> str:
         if version is not None:
             lines.append(f"- {name}: {version}")
     memory = psutil.virtual_memory()
-    lines.append(f"- CPU: {platform.processor() or platform.machine()}, "
-                 f"{psutil.cpu_count(logical=True)} logical cores")
+    lines.append(
+        f"- CPU: {platform.processor() or platform.machine()}, "
+        f"{psutil.cpu_count(logical=True)} logical cores"
+    )
     lines.append(f"- RAM: {memory.total / 2**30:.1f} GiB ({memory.available / 2**30:.1f} GiB free)")
     lines.append(f"- GPUs: {_gpus()}")
     path = config_file or str(default_config_file())

@@ -14,15 +14,27 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         description="Build MODEL on the meta device (no weights, nothing downloaded) and print "
         "its largest layer, total size and Adam training size (4x) per dtype.",
     )
-    parser.add_argument("model", metavar="MODEL",
-                        help="A local folder with a transformers config.json, a timm architecture "
-                        "name, or module:callable returning a torch.nn.Module.")
-    parser.add_argument("--dtypes", nargs="+", default=["float32", "float16", "int8", "int4"],
-                        choices=["float32", "float16", "bfloat16", "int8", "int4"],
-                        help="Dtypes to show (default: float32 float16 int8 int4).")
-    parser.add_argument("--library_name", "--library-name", dest="library_name", default=None,
-                        choices=["transformers", "timm", "callable"],
-                        help="How to read MODEL (default: guessed from its form).")
+    parser.add_argument(
+        "model",
+        metavar="MODEL",
+        help="A local folder with a transformers config.json, a timm architecture "
+        "name, or module:callable returning a torch.nn.Module.",
+    )
+    parser.add_argument(
+        "--dtypes",
+        nargs="+",
+        default=["float32", "float16", "int8", "int4"],
+        choices=["float32", "float16", "bfloat16", "int8", "int4"],
+        help="Dtypes to show (default: float32 float16 int8 int4).",
+    )
+    parser.add_argument(
+        "--library_name",
+        "--library-name",
+        dest="library_name",
+        default=None,
+        choices=["transformers", "timm", "callable"],
+        help="How to read MODEL (default: guessed from its form).",
+    )
     parser.set_defaults(run=run)
     return parser
 

@@ -19,29 +19,53 @@ DESCRIPTION = (
 def add_common(parser: argparse.ArgumentParser) -> None:
     """Options ``accel launch`` shares with ``accel test``: config file, quiet, dry run."""
     parser.add_argument(
-        "--config_file", "--config-file", dest="config_file", default=None,
+        "--config_file",
+        "--config-file",
+        dest="config_file",
+        default=None,
         help="Config file to read (default: ACCEL_CONFIG_FILE, else "
         "$XDG_CONFIG_HOME/accel/default_config.yaml if it exists).",
     )
-    parser.add_argument("-q", "--quiet", action="store_true",
-                        help="Silence torch's elastic agent (only errors are printed).")
-    parser.add_argument("--dry-run", "--dry_run", dest="dry_run", action="store_true",
-                        help="Print the resolved configuration with the source of each value and "
-                        "the worker environment, then exit without starting anything.")
+    parser.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        help="Silence torch's elastic agent (only errors are printed).",
+    )
+    parser.add_argument(
+        "--dry-run",
+        "--dry_run",
+        dest="dry_run",
+        action="store_true",
+        help="Print the resolved configuration with the source of each value and "
+        "the worker environment, then exit without starting anything.",
+    )
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel launch``."""
-    parser = commands.add_parser("launch", help="Launch a training script.", description=DESCRIPTION)
+    parser = commands.add_parser(
+        "launch", help="Launch a training script.", description=DESCRIPTION
+    )
     add_common(parser)
-    parser.add_argument("-m", "--module", action="store_true",
-                        help="The script is a module name, run as `python -m MODULE`.")
-    parser.add_argument("--no_python", "--no-python", dest="no_python", action="store_true",
-                        help="Run the script directly, not through python (any executable).")
+    parser.add_argument(
+        "-m",
+        "--module",
+        action="store_true",
+        help="The script is a module name, run as `python -m MODULE`.",
+    )
+    parser.add_argument(
+        "--no_python",
+        "--no-python",
+        dest="no_python",
+        action="store_true",
+        help="Run the script directly, not through python (any executable).",
+    )
     add_options(parser)
     parser.add_argument("training_script", help="The script (or module with -m) to run.")
-    parser.add_argument("training_script_args", nargs=argparse.REMAINDER,
-                        help="Arguments of the script.")
+    parser.add_argument(
+        "training_script_args", nargs=argparse.REMAINDER, help="Arguments of the script."
+    )
     parser.set_defaults(run=run)
     return parser
 
@@ -83,12 +107,19 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(
             f"accel launch: {plan.nproc_per_node} processes on machine {plan['machine_rank']} of "
-            f"{plan['num_machines']} (world size {plan.world_size}, {plan.distributed_type.value}), "
+            f"{plan['num_machines']} (world size {plan.world_size}, "
+            f"{plan.distributed_type.value}), "
             f"rendezvous {plan['main_process_ip']}:{port.value}",
             file=sys.stderr,
             flush=True,
         )
     return agent.run_elastic(
-        plan, int(port.value), args.training_script, args.training_script_args,
-        args.module, args.no_python, env, quiet=args.quiet,
+        plan,
+        int(port.value),
+        args.training_script,
+        args.training_script_args,
+        args.module,
+        args.no_python,
+        env,
+        quiet=args.quiet,
     )

@@ -15,13 +15,26 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "writes it) in one process and write OUTPUT_DIR/model.safetensors. Needs safetensors: "
         "pip install 'accel-launch[merge]'.",
     )
-    parser.add_argument("checkpoint_directory", metavar="CHECKPOINT_DIR",
-                        help="Folder of the sharded checkpoint (holds a .metadata file).")
-    parser.add_argument("output_path", metavar="OUTPUT_DIR", help="Folder to write the merged file to.")
-    parser.add_argument("--unsafe_serialization", "--unsafe-serialization", action="store_true",
-                        help="Write pytorch_model.bin with torch.save instead of safetensors.")
-    parser.add_argument("--remove_checkpoint_dir", "--remove-checkpoint-dir", action="store_true",
-                        help="Delete CHECKPOINT_DIR after merging.")
+    parser.add_argument(
+        "checkpoint_directory",
+        metavar="CHECKPOINT_DIR",
+        help="Folder of the sharded checkpoint (holds a .metadata file).",
+    )
+    parser.add_argument(
+        "output_path", metavar="OUTPUT_DIR", help="Folder to write the merged file to."
+    )
+    parser.add_argument(
+        "--unsafe_serialization",
+        "--unsafe-serialization",
+        action="store_true",
+        help="Write pytorch_model.bin with torch.save instead of safetensors.",
+    )
+    parser.add_argument(
+        "--remove_checkpoint_dir",
+        "--remove-checkpoint-dir",
+        action="store_true",
+        help="Delete CHECKPOINT_DIR after merging.",
+    )
     parser.set_defaults(run=run)
     return parser
 
@@ -30,8 +43,11 @@ def run(args: argparse.Namespace) -> int:
     """Merge and say where the file went."""
     from accel_launch.merge import merge_weights
 
-    target = merge_weights(args.checkpoint_directory, args.output_path,
-                           safe_serialization=not args.unsafe_serialization,
-                           remove_checkpoint_dir=args.remove_checkpoint_dir)
+    target = merge_weights(
+        args.checkpoint_directory,
+        args.output_path,
+        safe_serialization=not args.unsafe_serialization,
+        remove_checkpoint_dir=args.remove_checkpoint_dir,
+    )
     print(f"accel merge-weights: wrote {target}")
     return 0

@@ -15,10 +15,21 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "process group, each collective, and a few training steps when accel-core is installed. "
         "Prints one line per check.",
     )
-    parser.add_argument("--config_file", "--config-file", dest="config_file", default=None,
-                        help="Config file to test (default: the default location).")
-    parser.add_argument("--num_processes", "--num-processes", dest="num_processes", type=int,
-                        default=None, help="Override the number of processes of the config.")
+    parser.add_argument(
+        "--config_file",
+        "--config-file",
+        dest="config_file",
+        default=None,
+        help="Config file to test (default: the default location).",
+    )
+    parser.add_argument(
+        "--num_processes",
+        "--num-processes",
+        dest="num_processes",
+        type=int,
+        default=None,
+        help="Override the number of processes of the config.",
+    )
     parser.set_defaults(run=run)
     return parser
 

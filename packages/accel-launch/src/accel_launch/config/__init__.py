@@ -1,1 +1,1 @@
-"""Config files: where they live, their keys, reading, writing, the defaults and the questionnaire."""
+"""Config files: location, keys, reading and writing, defaults, and the questionnaire."""

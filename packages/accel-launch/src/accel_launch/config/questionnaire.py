@@ -1,4 +1,4 @@
-"""The ``accel config`` questionnaire: arrow-key menus (questionary) asking what ``accelerate config`` asks."""
+"""The ``accel config`` questionnaire: arrow-key menus asking what ``accelerate config`` asks."""
 
 from __future__ import annotations
 
@@ -47,8 +47,13 @@ class _Asker:
     def confirm(self, message: str, default: bool = False) -> bool:
         return bool(_ask(self.q.confirm(message, default=default)))
 
-    def text(self, message: str, default: str = "", check: Callable[[str], bool] | None = None,
-             error: str = "") -> str:
+    def text(
+        self,
+        message: str,
+        default: str = "",
+        check: Callable[[str], bool] | None = None,
+        error: str = "",
+    ) -> str:
         def validate(value: str) -> bool | str:
             if check is None or check(value):
                 return True
@@ -67,9 +72,14 @@ class _Asker:
 def _cluster(ask: _Asker, config: dict[str, Any]) -> None:
     config["num_machines"] = ask.integer("How many machines will you use?", 2, minimum=2)
     config["machine_rank"] = ask.integer("What is the rank of this machine (0 = main)?", 0)
-    config["main_process_ip"] = ask.text("What is the IP address of the main machine (rank 0)?",
-                                         "127.0.0.1", lambda v: bool(v.strip()))
-    config["main_process_port"] = ask.integer("What port will the main machine listen on?", 29500, 1)
+    config["main_process_ip"] = ask.text(
+        "What is the IP address of the main machine (rank 0)?",
+        "127.0.0.1",
+        lambda v: bool(v.strip()),
+    )
+    config["main_process_port"] = ask.integer(
+        "What port will the main machine listen on?", 29500, 1
+    )
     config["rdzv_backend"] = ask.select("Which rendezvous backend?", list(RDZV_BACKENDS), "static")
     config["same_network"] = ask.confirm("Are all the machines on the same local network?", True)
 
@@ -81,7 +91,9 @@ def _deepspeed(ask: _Asker) -> dict[str, Any]:
     section: dict[str, Any] = {}
     section["zero_stage"] = int(ask.select("Which ZeRO stage?", ["0", "1", "2", "3"], "2"))
     devices = list(OFFLOAD_DEVICES)
-    section["offload_optimizer_device"] = ask.select("Offload optimizer states to?", devices, "none")
+    section["offload_optimizer_device"] = ask.select(
+        "Offload optimizer states to?", devices, "none"
+    )
     if section["zero_stage"] == 3:
         section["offload_param_device"] = ask.select("Offload parameters to?", devices, "none")
         section["zero3_init_flag"] = ask.confirm("Build large models sharded (zero.Init)?", True)
@@ -91,26 +103,33 @@ def _deepspeed(ask: _Asker) -> dict[str, Any]:
 
 
 def _fsdp(ask: _Asker) -> dict[str, Any]:
-    section: dict[str, Any] = {"fsdp_version": int(ask.select("Which FSDP version?", ["2", "1"], "2"))}
+    section: dict[str, Any] = {
+        "fsdp_version": int(ask.select("Which FSDP version?", ["2", "1"], "2"))
+    }
     if section["fsdp_version"] == 2:
         section["fsdp_reshard_after_forward"] = ask.confirm(
-            "Free parameters after forward (reshard_after_forward)?", True)
+            "Free parameters after forward (reshard_after_forward)?", True
+        )
     else:
         section["fsdp_sharding_strategy"] = ask.select(
-            "Which sharding strategy?", list(FSDP_SHARDING_STRATEGIES), "FULL_SHARD")
+            "Which sharding strategy?", list(FSDP_SHARDING_STRATEGIES), "FULL_SHARD"
+        )
     section["fsdp_offload_params"] = ask.confirm("Offload parameters and gradients to CPU?", False)
-    policy = ask.select("How should modules be wrapped?", list(FSDP_AUTO_WRAP_POLICIES),
-                        "TRANSFORMER_BASED_WRAP")
+    policy = ask.select(
+        "How should modules be wrapped?", list(FSDP_AUTO_WRAP_POLICIES), "TRANSFORMER_BASED_WRAP"
+    )
     section["fsdp_auto_wrap_policy"] = policy
     if policy == "TRANSFORMER_BASED_WRAP":
-        layers = ask.text("Layer class names to wrap, comma-separated (empty: the model's "
-                          "_no_split_modules):", "")
+        layers = ask.text(
+            "Layer class names to wrap, comma-separated (empty: the model's _no_split_modules):", ""
+        )
         if layers.strip():
             section["fsdp_transformer_layer_cls_to_wrap"] = layers.strip()
     elif policy == "SIZE_BASED_WRAP":
         section["fsdp_min_num_params"] = ask.integer("Minimum parameters per unit?", 100000000, 1)
     section["fsdp_state_dict_type"] = ask.select(
-        "Checkpoint layout?", list(FSDP_STATE_DICT_TYPES), "SHARDED_STATE_DICT")
+        "Checkpoint layout?", list(FSDP_STATE_DICT_TYPES), "SHARDED_STATE_DICT"
+    )
     section["fsdp_cpu_ram_efficient_loading"] = ask.confirm("Load weights on rank 0 only?", True)
     section["fsdp_activation_checkpointing"] = ask.confirm("Use activation checkpointing?", False)
     return section
@@ -122,8 +141,9 @@ def ask_config() -> dict[str, Any]:
 
     ask = _Asker()
     config: dict[str, Any] = {"compute_environment": "LOCAL_MACHINE"}
-    where = ask.select("Where will the job run?",
-                       ["This machine", "A cluster of several machines"], "This machine")
+    where = ask.select(
+        "Where will the job run?", ["This machine", "A cluster of several machines"], "This machine"
+    )
     if where != "This machine":
         _cluster(ask, config)
     label = ask.select("Which kind of distributed training?", list(DISTRIBUTED_CHOICES))
@@ -134,7 +154,9 @@ def ask_config() -> dict[str, Any]:
     elif kind == "FSDP":
         config["fsdp_config"] = _fsdp(ask)
     elif kind == "XLA":
-        config["downcast_bf16"] = ask.confirm("Under bf16, store float64 tensors as bf16 too?", False)
+        config["downcast_bf16"] = ask.confirm(
+            "Under bf16, store float64 tensors as bf16 too?", False
+        )
     gpus = count_cuda_devices()
     machines = int(config.get("num_machines", 1))
     if kind == "NO":
@@ -143,14 +165,18 @@ def ask_config() -> dict[str, Any]:
     else:
         per_machine = gpus if gpus > 0 and kind != "MULTI_CPU" else 2
         config["num_processes"] = ask.integer(
-            "How many processes in total (all machines together)?", per_machine * machines, 1)
+            "How many processes in total (all machines together)?", per_machine * machines, 1
+        )
         config["use_cpu"] = kind == "MULTI_CPU"
-        config["debug"] = ask.confirm("Check shapes and dtypes across ranks before each "
-                                      "collective (debug mode)?", False)
+        config["debug"] = ask.confirm(
+            "Check shapes and dtypes across ranks before each collective (debug mode)?", False
+        )
     if kind in ("MULTI_GPU", "DEEPSPEED", "FSDP") or (kind == "NO" and not config["use_cpu"]):
-        config["gpu_ids"] = ask.text("Which GPUs of this machine (ids, comma-separated)?", "all",
-                                     lambda v: v.strip() == "all" or
-                                     all(p.strip().isdigit() for p in v.split(",")))
+        config["gpu_ids"] = ask.text(
+            "Which GPUs of this machine (ids, comma-separated)?",
+            "all",
+            lambda v: v.strip() == "all" or all(p.strip().isdigit() for p in v.split(",")),
+        )
     if ask.confirm("Compile the model with torch.compile?", False):
         backend = ask.select("Which torch.compile backend?", list(DYNAMO_CHOICES), "inductor")
         config["dynamo_config"] = {"dynamo_backend": backend.upper()}

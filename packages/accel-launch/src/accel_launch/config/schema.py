@@ -1,4 +1,4 @@
-"""The keys a config file may hold, their types and allowed values, and the check that enforces them.
+"""The keys a config file may hold, their types and allowed values, and the check enforcing them.
 
 The keys are the ones Hugging Face Accelerate's ``accelerate config`` writes, so its files load as
 they are. An unknown key is an error naming the nearest valid key; a wrong value is an error naming
@@ -35,7 +35,13 @@ DYNAMO_BACKENDS = (
     "tvm",
 )
 DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune")
-FSDP_SHARDING_STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+FSDP_SHARDING_STRATEGIES = (
+    "FULL_SHARD",
+    "SHARD_GRAD_OP",
+    "NO_SHARD",
+    "HYBRID_SHARD",
+    "HYBRID_SHARD_ZERO2",
+)
 FSDP_AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
 FSDP_BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
 FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT")
@@ -45,7 +51,7 @@ DEEPSPEED_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh
 
 @dataclass(frozen=True)
 class Field:
-    """One config key: its type (``bool``, ``int``, ``float``, ``str``, ``list``, ``dict``), allowed values."""
+    """One config key: its kind (bool, int, float, str, list, dict, any) and allowed values."""
 
     kind: str
     choices: tuple[Any, ...] | None = None
@@ -66,7 +72,9 @@ DYNAMO_KEYS: dict[str, Field] = {
 }
 
 DEEPSPEED_KEYS: dict[str, Field] = {
-    "deepspeed_config_file": _f("str", help="a DeepSpeed JSON config; other keys then come from it"),
+    "deepspeed_config_file": _f(
+        "str", help="a DeepSpeed JSON config; other keys then come from it"
+    ),
     "zero_stage": _f("int", (0, 1, 2, 3), "ZeRO stage"),
     "offload_optimizer_device": _f("str", OFFLOAD_DEVICES, "where optimizer states live"),
     "offload_param_device": _f("str", OFFLOAD_DEVICES, "where parameters live (stage 3)"),
@@ -194,7 +202,11 @@ def coerce(where: str, key: str, value: object, spec: Field) -> object:
         except (TypeError, ValueError):
             raise _bad_value(where, key, value, "a number") from None
     if kind == "str":
-        if key.endswith("fsdp_sharding_strategy") and isinstance(value, int) and not isinstance(value, bool):
+        if (
+            key.endswith("fsdp_sharding_strategy")
+            and isinstance(value, int)
+            and not isinstance(value, bool)
+        ):
             value = _FSDP1_STRATEGY_NUMBERS.get(value, value)
         if key == "gpu_ids" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
@@ -227,7 +239,9 @@ def validate(config: object, where: str = "config file") -> dict[str, Any]:
     if config is None:
         return {}
     if not isinstance(config, dict):
-        raise ConfigError(f"{where} must hold a mapping of keys to values, got {type(config).__name__}")
+        raise ConfigError(
+            f"{where} must hold a mapping of keys to values, got {type(config).__name__}"
+        )
     unknown = [key for key in config if key not in TOP_KEYS]
     if unknown:
         raise _unknown_key_error(where, str(unknown[0]), TOP_KEYS)

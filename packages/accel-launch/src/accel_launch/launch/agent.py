@@ -104,6 +104,9 @@ def run_elastic(
             return 128 - code
         return code if 0 < code < 256 else 1
     except SignalException as error:
-        print(f"accel launch: stopped by {error.sigval.name}; all workers were stopped.", file=sys.stderr)
+        print(
+            f"accel launch: stopped by {error.sigval.name}; all workers were stopped.",
+            file=sys.stderr,
+        )
         return 128 + int(error.sigval)
     return 0

@@ -31,14 +31,18 @@ def format_plan(
     lines.append(f"config file: {plan.config_file or '(none)'}")
     lines.append("")
     lines.append("resolved configuration (value, source):")
-    lines += [f"  {name:<{width}}  {value!s:<{value_width}}  {source}" for name, value, source in rows]
+    lines += [
+        f"  {name:<{width}}  {value!s:<{value_width}}  {source}" for name, value, source in rows
+    ]
     if plan.strategy_config:
         lines += ["", f"strategy config: {env.get('ACCEL_STRATEGY_CONFIG')}"]
     lines += ["", "worker environment (set by accel launch):"]
     lines += [f"  {key}={value}" for key, value in sorted(env.items())]
     if port is not None:
         lines += ["", "set per process by torch's elastic agent:"]
-        lines += [f"  {key}={value}" for key, value in torch_environment(plan, int(port.value)).items()]
+        lines += [
+            f"  {key}={value}" for key, value in torch_environment(plan, int(port.value)).items()
+        ]
     command = agent.worker_command(
         args.training_script, args.training_script_args, args.module, args.no_python
     )

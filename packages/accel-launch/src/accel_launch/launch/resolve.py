@@ -28,7 +28,7 @@ _STRATEGY_SECTION = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "XLA": "xla"}
 
 @dataclass(frozen=True)
 class Value:
-    """A resolved value and where it came from: ``flag``, ``env NAME``, ``config file``, ``default``."""
+    """A resolved value and its source: flag, env NAME, config file PATH or default."""
 
     value: Any
     source: str
@@ -74,7 +74,9 @@ def _from_env(kind: str, name: str, text: str, choices: tuple[Any, ...] | None) 
         if kind == "float":
             return float(text)
     except (ValueError, argparse.ArgumentTypeError):
-        raise AccelLaunchError(f"environment variable {name}={text!r} is not a valid {kind}") from None
+        raise AccelLaunchError(
+            f"environment variable {name}={text!r} is not a valid {kind}"
+        ) from None
     if choices is not None and _canonical(text, choices) is None:
         raise AccelLaunchError(
             f"environment variable {name}={text!r} is not allowed; expected one of "
@@ -173,7 +175,9 @@ def resolve(
     if kind.value == "MULTI_GPU" and use_cpu:
         kind = Value("MULTI_CPU", values["cpu"].source)
     if kind.value == "NO" and total > 1:
-        multi = "MULTI_CPU" if use_cpu or _visible_gpus(values["gpu_ids"].value) == 0 else "MULTI_GPU"
+        multi = (
+            "MULTI_CPU" if use_cpu or _visible_gpus(values["gpu_ids"].value) == 0 else "MULTI_GPU"
+        )
         kind = Value(multi, values["num_processes"].source)
     if kind.value == "MULTI_CPU" and not use_cpu:
         values["cpu"] = Value(True, f"distributed type {kind.value}")

@@ -44,7 +44,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
             if "-" in piece:
                 low, high = piece.split("-", 1)
                 if not (low.isdigit() and high.isdigit()):
-                    raise AccelLaunchError(f"cannot read SLURM node list {nodelist!r} (part {piece!r})")
+                    raise AccelLaunchError(
+                        f"cannot read SLURM node list {nodelist!r} (part {piece!r})"
+                    )
                 width = len(low)
                 hosts += [
                     f"{match['prefix']}{n:0{width}d}{match['suffix']}"

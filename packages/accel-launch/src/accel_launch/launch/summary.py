@@ -49,10 +49,16 @@ def _tail(error_file: str, lines: int = TAIL_LINES) -> list[str]:
 
 
 def format_failure_summary(failures: Mapping[int, Any], machine_rank: int) -> str:
-    """The summary text for torch's ``ChildFailedError.failures`` (global rank -> ProcessFailure)."""
+    """The summary of torch's ``ChildFailedError.failures`` (global rank -> ProcessFailure)."""
     host = socket.gethostname()
     out = [f"accel launch: the job failed on machine {machine_rank} ({host}):"]
-    first = min(failures, key=lambda rank: (failures[rank].timestamp, rank)) if failures else None
+
+    def root_cause_order(rank: int) -> tuple[bool, int, int]:
+        failure = failures[rank]
+        stopped = int(failure.exitcode) == -signal.SIGTERM
+        return (stopped, int(getattr(failure, "timestamp", 0)), rank)
+
+    first = min(failures, key=root_cause_order) if failures else None
     order = sorted(failures, key=lambda rank: (rank != first, rank))
     for rank in order:
         failure = failures[rank]
@@ -60,9 +66,7 @@ def format_failure_summary(failures: Mapping[int, Any], machine_rank: int) -> st
         if rank != first and int(failure.exitcode) == -signal.SIGTERM:
             out.append(f"  rank {rank} (local rank {failure.local_rank}) was stopped by the agent")
             continue
-        out.append(
-            f"  rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {reason}"
-        )
+        out.append(f"  rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {reason}")
         error_file = getattr(failure, "error_file", "") or ""
         exception = _exception(error_file) if error_file else None
         if exception:

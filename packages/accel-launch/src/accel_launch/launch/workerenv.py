@@ -68,7 +68,7 @@ def settle_port(plan: LaunchPlan, check_busy: bool = True) -> Value:
 
 
 def torch_environment(plan: LaunchPlan, port: int) -> dict[str, str]:
-    """What torch's elastic agent will set, for display (``--dry-run``); per-rank values as ranges."""
+    """What torch's elastic agent will set, for ``--dry-run``; per-rank values as ranges."""
     if plan.world_size == 1:
         return {}
     machine = int(plan["machine_rank"])
