@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from accel_ops import (
+    CannotPadNestedTensorWarning,
     PartialState,
     broadcast,
     broadcast_object_list,
@@ -81,3 +82,14 @@ def test_pad_input_tensors_rounds_up_to_a_multiple():
     assert pad_input_tensors(torch.ones(2, 3), 3, 2, dim=1).shape == (2, 4)
     with pytest.raises(ValueError, match="num_processes=0"):
         pad_input_tensors(torch.ones(1), 1, 0)
+
+
+def test_nested_tensors_are_left_unpadded_with_a_warning():
+    import warnings
+
+    nested = torch.nested.nested_tensor([torch.ones(2), torch.ones(3)], layout=torch.jagged)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = pad_across_processes({"n": nested})
+    assert out["n"] is nested
+    assert any(issubclass(w.category, CannotPadNestedTensorWarning) for w in caught)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -18,15 +17,19 @@ from accel_ops.state import PartialState
 from accel_ops.tree import LeafTypeError, _walk
 
 
-@dataclass(frozen=True)
 class Comm:
-    """The group a collective runs on, with this rank's place in it."""
+    """The group a collective runs on, with this rank's place in it (plain slots: cheap to make)."""
 
-    group: Any
-    world_size: int
-    rank: int
-    debug: bool
-    timeout_seconds: float | None
+    __slots__ = ("debug", "group", "rank", "timeout_seconds", "world_size")
+
+    def __init__(
+        self, group: Any, world_size: int, rank: int, debug: bool, timeout_seconds: float | None
+    ) -> None:
+        self.group = group
+        self.world_size = world_size
+        self.rank = rank
+        self.debug = debug
+        self.timeout_seconds = timeout_seconds
 
 
 def resolve(group: Any = None) -> Comm | None:

@@ -32,7 +32,7 @@ def _padded(
 
 def _normal_dim(tensor: torch.Tensor, dim: int) -> int | None:
     """``dim`` as a non-negative index into ``tensor``, or None when the tensor has no such dim."""
-    if getattr(tensor, "is_nested", False) or not -tensor.ndim <= dim < tensor.ndim:
+    if tensor.is_nested or not -tensor.ndim <= dim < tensor.ndim:
         return None
     return dim + tensor.ndim if dim < 0 else dim
 
@@ -48,15 +48,18 @@ def pad_across_processes(
     one collective, however many tensors ``tensor`` holds. On one process the input is returned
     unchanged.
     """
-    leaves: list[torch.Tensor] = []
+    if isinstance(tensor, torch.Tensor):
+        leaves = [tensor]
+    else:
+        leaves = []
 
-    def collect(leaf: torch.Tensor) -> torch.Tensor:
-        leaves.append(leaf)
-        return leaf
+        def collect(leaf: torch.Tensor) -> torch.Tensor:
+            leaves.append(leaf)
+            return leaf
 
-    apply_to_tensors("pad_across_processes", collect, tensor)
+        apply_to_tensors("pad_across_processes", collect, tensor)
     for leaf in leaves:
-        if getattr(leaf, "is_nested", False):
+        if leaf.is_nested:
             warnings.warn(
                 "pad_across_processes can't pad a nested tensor without knowing its layout; it "
                 "is returned unpadded.",
@@ -77,6 +80,10 @@ def pad_across_processes(
     everyone = sizes.new_empty(comm.world_size * sizes.numel())
     _comm.call("pad_across_processes", comm, _ALL_GATHER, everyone, sizes, group=comm.group)
     longest = everyone.view(comm.world_size, -1).amax(dim=0).tolist()
+    if isinstance(tensor, torch.Tensor):
+        if dims[0] is None:
+            return tensor
+        return _padded(tensor, dims[0], int(longest[0]), pad_index, pad_first)
     position = iter(zip(dims, longest, strict=True))
 
     def pad(leaf: torch.Tensor) -> torch.Tensor:
