@@ -8,6 +8,7 @@ watches and stops the workers. ``accel`` has no process manager of its own.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -104,9 +105,11 @@ def run_elastic(
             return 128 - code
         return code if 0 < code < 256 else 1
     except SignalException as error:
+        shutil.rmtree(log_dir, ignore_errors=True)
         print(
             f"accel launch: stopped by {error.sigval.name}; all workers were stopped.",
             file=sys.stderr,
         )
         return 128 + int(error.sigval)
+    shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something failed
     return 0

@@ -159,7 +159,7 @@ OPTIONS: tuple[Option, ...] = (
         "distributed",
         "Seconds between the agent's checks of its workers.",
         "float",
-        default=0.5,
+        default=0.1,
     ),
     _O(
         "mixed_precision",
