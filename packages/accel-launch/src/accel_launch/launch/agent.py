@@ -26,6 +26,16 @@ def worker_command(script: str, script_args: list[str], module: bool, no_python:
     return [sys.executable, script, *script_args]
 
 
+def elastic_command(
+    script: str, script_args: list[str], module: bool, no_python: bool
+) -> list[str]:
+    """The command each worker of a multi-process job runs (through the recording bootstrap)."""
+    if no_python:
+        return [script, *script_args]
+    target = ["-m", script] if module else [script]
+    return [sys.executable, "-u", "-m", "accel_launch.launch.worker", *target, *script_args]
+
+
 def run_single(command: list[str], env: dict[str, str]) -> int:
     """Replace this process with the one worker (no launcher process stays behind)."""
     full_env = {**os.environ, **env}
@@ -88,12 +98,7 @@ def run_elastic(
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
     )
-    if no_python:
-        entrypoint, args = script, list(script_args)
-    else:
-        entrypoint = sys.executable
-        target = ["-m", script] if module else [script]
-        args = ["-u", "-m", "accel_launch.launch.worker", *target, *script_args]
+    entrypoint, *args = elastic_command(script, script_args, module, no_python)
     try:
         elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as error:

@@ -43,9 +43,8 @@ def format_plan(
         lines += [
             f"  {key}={value}" for key, value in torch_environment(plan, int(port.value)).items()
         ]
-    command = agent.worker_command(
-        args.training_script, args.training_script_args, args.module, args.no_python
-    )
+    build = agent.elastic_command if plan.world_size > 1 else agent.worker_command
+    command = build(args.training_script, args.training_script_args, args.module, args.no_python)
     how = "each process runs" if plan.world_size > 1 else "the process runs (in place)"
     lines += ["", f"{how}: {shlex.join(command)}"]
     return "\n".join(lines)
