@@ -1,7 +1,8 @@
 """Generate docs/reference/cli.md from the ``accel`` argument parser (no torch needed).
 
-Run ``python -m accel_launch.docgen > docs/reference/cli.md``; a test checks the committed file
-equals this output.
+Run ``python -m accel_launch.docgen cli > docs/reference/cli.md`` and ``python -m
+accel_launch.docgen config-file > docs/reference/config-file.md``; a test checks the committed
+files equal this output.
 """
 
 from __future__ import annotations
@@ -86,5 +87,68 @@ def generate() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+CONFIG_HEADER = """# Config file reference
+
+Generated from accel-launch's schema by `python -m accel_launch.docgen config-file`; do not edit by
+hand.
+
+`accel config` writes this YAML file (JSON too, when the name ends in `.json`); `accel launch` reads
+it for every value not given by a flag or an environment variable. The keys are those of Hugging
+Face Accelerate's `accelerate config`, so its files work unchanged. The file is read with
+`yaml.safe_load`. An unknown key is an error naming the nearest valid key; a value that is not
+allowed is an error naming the key, the value and the allowed values. Choices are matched without
+regard to case. `accel config update` rewrites an older file with today's keys.
+
+Where the file is looked for: `--config_file`, else `ACCEL_CONFIG_FILE`, else
+`$XDG_CONFIG_HOME/accel/default_config.yaml`, else `~/.config/accel/default_config.yaml`.
+
+```yaml
+compute_environment: LOCAL_MACHINE
+distributed_type: MULTI_GPU
+mixed_precision: bf16
+num_machines: 1
+num_processes: 4
+gpu_ids: all
+use_cpu: false
+```
+"""
+
+_CONFIG_NOTES = """
+Older files: `fsdp_sharding_strategy` may be a number (1 = FULL_SHARD ... 5 =
+HYBRID_SHARD_ZERO2), `downcast_bf16` may be `'no'`/`'yes'`, and `fsdp_backward_prefetch_policy`
+is read as `fsdp_backward_prefetch` (`accel config update` renames it).
+
+The `deepspeed_config` or `fsdp_config` section, merged with the launch flags of the same names,
+reaches the processes as the JSON object `ACCEL_STRATEGY_CONFIG` (keys as below), with the strategy
+name in `ACCEL_STRATEGY`; see the [launch environment](environment.md).
+"""
+
+
+def _key_table(fields: dict) -> list[str]:
+    out = ["| key | type | allowed values | meaning |", "|---|---|---|---|"]
+    for key, field in fields.items():
+        choices = ", ".join(f"`{c}`" for c in field.choices) if field.choices else ""
+        out.append(f"| `{key}` | {field.kind} | {choices} | {_cell(field.help)} |")
+    return out
+
+
+def generate_config_reference() -> str:
+    """The markdown text of docs/reference/config-file.md."""
+    from accel_launch.config import schema
+    from accel_launch.config.defaults import BASE_DEFAULTS
+
+    lines = [CONFIG_HEADER, "## Top-level keys", ""]
+    lines += _key_table(schema.TOP_KEYS)
+    defaults = ", ".join(f"`{k}: {v}`" for k, v in BASE_DEFAULTS.items())
+    lines += ["", f"Defaults written by `accel config`: {defaults}.", ""]
+    for section, fields in schema.SECTIONS.items():
+        lines += [f"## `{section}`", ""]
+        lines += _key_table(fields)
+        lines.append("")
+    lines.append(_CONFIG_NOTES.strip())
+    return "\n".join(lines).rstrip() + "\n"
+
+
 if __name__ == "__main__":
-    sys.stdout.write(generate())
+    which = sys.argv[1] if len(sys.argv) > 1 else "cli"
+    sys.stdout.write(generate_config_reference() if which == "config-file" else generate())

@@ -130,18 +130,21 @@ TOP_KEYS: dict[str, Field] = {
     "enable_cpu_affinity": _f("bool", help="pin processes to CPU cores near their GPU"),
     "downcast_bf16": _f("bool", help="XLA: store float64 tensors as bfloat16 too"),
     "num_cpu_threads_per_process": _f("int", help="OMP_NUM_THREADS of each process"),
-    "tpu_name": _f("str"),
-    "tpu_zone": _f("str"),
-    "tpu_use_cluster": _f("bool"),
-    "tpu_use_sudo": _f("bool"),
-    "command_file": _f("str"),
-    "commands": _f("list"),
-    "tpu_vm": _f("list"),
-    "tpu_env": _f("list"),
-    "dynamo_config": _f("dict"),
-    "deepspeed_config": _f("dict"),
-    "fsdp_config": _f("dict"),
-    **{name: _f("dict") for name in UNSUPPORTED_SECTIONS},
+    "tpu_name": _f("str", help="TPU pods (accepted, not used by accel)"),
+    "tpu_zone": _f("str", help="TPU pods (accepted, not used by accel)"),
+    "tpu_use_cluster": _f("bool", help="TPU pods (accepted, not used by accel)"),
+    "tpu_use_sudo": _f("bool", help="TPU pods (accepted, not used by accel)"),
+    "command_file": _f("str", help="TPU pods (accepted, not used by accel)"),
+    "commands": _f("list", help="TPU pods (accepted, not used by accel)"),
+    "tpu_vm": _f("list", help="TPU pods (accepted, not used by accel)"),
+    "tpu_env": _f("list", help="TPU pods (accepted, not used by accel)"),
+    "dynamo_config": _f("dict", help="torch.compile options (section below)"),
+    "deepspeed_config": _f("dict", help="DeepSpeed options (section below)"),
+    "fsdp_config": _f("dict", help="FSDP options (section below)"),
+    **{
+        name: _f("dict", help="out of scope: accepted only when empty")
+        for name in UNSUPPORTED_SECTIONS
+    },
 }
 
 SECTIONS: dict[str, dict[str, Field]] = {
