@@ -4,6 +4,7 @@ import json
 
 import pytest
 import torch
+from bigmodel_helpers import save_sharded
 from safetensors.torch import save_file
 from torch import nn
 
@@ -14,7 +15,6 @@ from accel_bigmodel import (
     load_state_dict,
 )
 from accel_bigmodel.safetensors_io import CheckpointError
-from bigmodel_helpers import save_sharded
 
 
 def _model() -> nn.Module:

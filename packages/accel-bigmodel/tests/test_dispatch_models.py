@@ -2,14 +2,6 @@
 
 import pytest
 import torch
-from safetensors.torch import save_file
-
-from accel_bigmodel import (
-    dispatch_model,
-    find_tied_parameters,
-    init_empty_weights,
-    load_checkpoint_and_dispatch,
-)
 from bigmodel_helpers import (
     bert_config,
     dir_bytes,
@@ -17,6 +9,14 @@ from bigmodel_helpers import (
     llama_config,
     save_sharded,
     unique_state_dict,
+)
+from safetensors.torch import save_file
+
+from accel_bigmodel import (
+    dispatch_model,
+    find_tied_parameters,
+    init_empty_weights,
+    load_checkpoint_and_dispatch,
 )
 
 

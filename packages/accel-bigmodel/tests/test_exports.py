@@ -4,18 +4,58 @@ import sys
 
 import accel_bigmodel
 
-REQUIRED = """init_empty_weights init_on_device compute_module_sizes get_max_memory get_balanced_memory
-get_max_layer_size calculate_maximum_sizes check_device_map dtype_byte_size convert_file_size_to_int
-find_tied_parameters retie_parameters check_tied_parameters_on_same_device
-check_tied_parameters_in_config set_module_tensor_to_device named_module_tensors id_tensor_storage
-load_state_dict load_offloaded_weights has_offloaded_params align_module_device CustomDtype
-TensorInformation infer_auto_device_map ModelHook SequentialHook add_hook_to_module
-remove_hook_from_module remove_hook_from_submodules AlignDevicesHook attach_execution_device_hook
-attach_align_device_hook attach_align_device_hook_on_blocks CpuOffload UserCpuOffloadHook
-dispatch_model cpu_offload cpu_offload_with_hook disk_offload load_checkpoint_in_model
-load_checkpoint_and_dispatch OffloadedWeightsLoader PrefixedDataset offload_state_dict
-offload_weight load_offloaded_weight save_offload_index extract_submodules_state_dict
-OffloadStorage DiskOffloadStorage""".split()
+REQUIRED = [
+    "init_empty_weights",
+    "init_on_device",
+    "compute_module_sizes",
+    "get_max_memory",
+    "get_balanced_memory",
+    "get_max_layer_size",
+    "calculate_maximum_sizes",
+    "check_device_map",
+    "dtype_byte_size",
+    "convert_file_size_to_int",
+    "find_tied_parameters",
+    "retie_parameters",
+    "check_tied_parameters_on_same_device",
+    "check_tied_parameters_in_config",
+    "set_module_tensor_to_device",
+    "named_module_tensors",
+    "id_tensor_storage",
+    "load_state_dict",
+    "load_offloaded_weights",
+    "has_offloaded_params",
+    "align_module_device",
+    "CustomDtype",
+    "TensorInformation",
+    "infer_auto_device_map",
+    "ModelHook",
+    "SequentialHook",
+    "add_hook_to_module",
+    "remove_hook_from_module",
+    "remove_hook_from_submodules",
+    "AlignDevicesHook",
+    "attach_execution_device_hook",
+    "attach_align_device_hook",
+    "attach_align_device_hook_on_blocks",
+    "CpuOffload",
+    "UserCpuOffloadHook",
+    "dispatch_model",
+    "cpu_offload",
+    "cpu_offload_with_hook",
+    "disk_offload",
+    "load_checkpoint_in_model",
+    "load_checkpoint_and_dispatch",
+    "OffloadedWeightsLoader",
+    "PrefixedDataset",
+    "offload_state_dict",
+    "offload_weight",
+    "load_offloaded_weight",
+    "save_offload_index",
+    "extract_submodules_state_dict",
+    "OffloadStorage",
+    "DiskOffloadStorage",
+]
 
 
 def test_every_name_is_exported():

@@ -7,7 +7,6 @@ import textwrap
 
 import pytest
 import torch
-
 from bigmodel_helpers import save_sharded, unique_state_dict
 
 CHILD = textwrap.dedent(

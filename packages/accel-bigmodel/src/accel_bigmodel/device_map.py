@@ -29,12 +29,14 @@ STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
 
 def device_for(name: str, device_map: Mapping[str, object]) -> object:
     """The device that ``device_map`` gives the tensor or module ``name`` (longest prefix key)."""
-    parts = name.split(".")
-    for end in range(len(parts), -1, -1):
-        prefix = ".".join(parts[:end])
+    prefix = name
+    while True:
         if prefix in device_map:
             return device_map[prefix]
-    raise KeyError(name)
+        if not prefix:
+            raise KeyError(name)
+        cut = prefix.rfind(".")
+        prefix = prefix[:cut] if cut > 0 else ""
 
 
 def _entries(module: nn.Module, prefix: str) -> list[tuple[str, nn.Module | torch.Tensor]]:

@@ -54,7 +54,8 @@ def dispatch_model(
     ``prefetch=True`` reads the next offloaded block's weights in a background thread while the
     current one computes (outputs are bit-identical; one extra block's weights in memory).
     """
-    check_device_map(model, device_map)
+    if not getattr(device_map, "_accel_checked", False):
+        check_device_map(model, device_map)
     device_map = {
         k: normalize_device(v, where=f"module {k!r} in device_map") for k, v in device_map.items()
     }

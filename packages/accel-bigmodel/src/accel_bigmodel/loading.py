@@ -275,6 +275,12 @@ def load_offloaded_weights(
         set_module_tensor_to_device(model, name, "cpu", value=tensor)
 
 
+class _CheckedMap(dict):
+    """A device map already checked against the model (dispatch_model skips the check)."""
+
+    _accel_checked = True
+
+
 def load_checkpoint_and_dispatch(
     model: nn.Module,
     checkpoint: str | os.PathLike,
@@ -315,6 +321,7 @@ def load_checkpoint_and_dispatch(
     )
     if resolved is None:
         return model
+    resolved = _CheckedMap(resolved)  # load_checkpoint_in_model checked it against the model
     return dispatch_model(
         model,
         resolved,
