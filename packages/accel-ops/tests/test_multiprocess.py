@@ -287,77 +287,93 @@ def collectives_worker():
             "group pad",
         )
     ao.wait_for_everyone()
-    state.destroy_process_group()
     print(f"CHECKS-OK {c.count}")
+    print(f"DEBUG-REPORT {json.dumps(debug_mismatch_checks(state))}")
+    state.wait_for_everyone()
+    state.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_process_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("two")
+    return run_workers(
+        2, function=f"{__file__}::collectives_worker", env={"OUT": str(out)}, timeout=180
+    )
+
+
+@pytest.fixture(scope="module")
+def three_process_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("three")
+    env = {"OUT": str(out), "PREINIT": "1"}  # the user made the group before PartialState
+    return run_workers(3, function=f"{__file__}::collectives_worker", env=env, timeout=180)
 
 
 def _assert_all_ok(results):
     n = len(results)
-    for result in results:
-        lines = [line for line in result.stdout.splitlines() if line.startswith("CHECKS-OK")]
-        assert lines, f"rank {result.rank} did not finish:\n{result.stdout}\n{result.stderr}"
-        in_group = result.rank in (0, n - 1)
-        assert int(lines[0].split()[1]) == 61 + (6 if in_group else 0)
+    for rank, text in enumerate(_reports(results, "CHECKS-OK")):
+        in_group = rank in (0, n - 1)
+        assert int(text) == 61 + (6 if in_group else 0)
 
 
-def test_collectives_on_two_processes(tmp_path):
-    results = run_workers(
-        2, function=f"{__file__}::collectives_worker", env={"OUT": str(tmp_path)}, timeout=120
-    )
-    _assert_all_ok(results)
+def test_collectives_on_two_processes(two_process_run):
+    _assert_all_ok(two_process_run)
 
 
-def test_collectives_on_three_processes_with_a_user_made_group(tmp_path):
-    results = run_workers(
-        3,
-        function=f"{__file__}::collectives_worker",
-        env={"OUT": str(tmp_path), "PREINIT": "1"},
-        timeout=120,
-    )
-    _assert_all_ok(results)
+def test_collectives_on_three_processes_with_a_user_made_group(three_process_run):
+    _assert_all_ok(three_process_run)
 
 
-def debug_mismatch_worker():
+def debug_mismatch_checks(state):
+    """Debug mode on: mismatched inputs must raise on every rank, at once."""
     import torch
 
     import accel_ops as ao
 
-    state = ao.PartialState()
     rank = state.process_index
+    state.debug = True
     report = {}
     for name, call in (
         ("gather", lambda: ao.gather({"x": torch.ones(rank + 1, 2)})),
         ("reduce", lambda: ao.reduce(torch.ones(2, dtype=torch.float32 if rank else torch.int64))),
         ("broadcast", lambda: ao.broadcast([torch.ones(2)] * (rank + 1))),
     ):
+        state.wait_for_everyone()  # time from the moment every rank is ready
         start = time.monotonic()
         try:
             call()
             report[name] = "no error"
         except ao.DistributedOperationException as error:
             report[name] = {"message": str(error), "seconds": time.monotonic() - start}
-    print(json.dumps(report))
-    sys.stdout.flush()
+    state.debug = False
+    return report
 
 
-def test_debug_mode_mismatch_raises_on_both_ranks():
-    results = run_workers(
-        2, function=f"{__file__}::debug_mismatch_worker", env={"ACCEL_DEBUG_MODE": "1"}, timeout=90
-    )
+def _reports(results, tag):
+    reports = []
     for result in results:
-        report = json.loads(result.stdout.strip().splitlines()[-1])
-        gather, reduce, broadcast = report["gather"], report["reduce"], report["broadcast"]
-        for item in (gather, reduce, broadcast):
-            assert isinstance(item, dict), report
-            assert item["seconds"] < 10
-        assert gather["message"].startswith("gather: the ranks passed different shapes or dtypes")
-        assert "rank 0: shape (1, 2) float32" in gather["message"]
-        assert "rank 1: shape (2, 2) float32" in gather["message"]
-        assert "pad_across_processes" in gather["message"]
-        assert "rank 0: shape (2) int64" in reduce["message"]
-        assert "rank 1: shape (2) float32" in reduce["message"]
-        assert "rank 0: shape (2) float32\n" in broadcast["message"]
-        assert "rank 1: shape (2) float32; shape (2) float32" in broadcast["message"]
+        lines = [line for line in result.stdout.splitlines() if line.startswith(tag)]
+        assert lines, f"rank {result.rank} printed no {tag}:\n{result.stdout}\n{result.stderr}"
+        reports.append(lines[0][len(tag) + 1 :])
+    return reports
+
+
+def test_debug_mode_mismatch_raises_on_every_rank(two_process_run, three_process_run):
+    for results in (two_process_run, three_process_run):
+        n = len(results)
+        for text in _reports(results, "DEBUG-REPORT"):
+            report = json.loads(text)
+            gather, reduce, broadcast = report["gather"], report["reduce"], report["broadcast"]
+            for item in (gather, reduce, broadcast):
+                assert isinstance(item, dict), report
+                assert item["seconds"] < 5
+            assert gather["message"].startswith("gather: the ranks passed different shapes")
+            for k in range(n):
+                assert f"rank {k}: shape ({k + 1}, 2) float32" in gather["message"]
+            assert "pad_across_processes" in gather["message"]
+            assert "rank 0: shape (2) int64" in reduce["message"]
+            assert "rank 1: shape (2) float32" in reduce["message"]
+            assert "rank 0: shape (2) float32\n" in broadcast["message"]
+            assert "rank 1: shape (2) float32; shape (2) float32" in broadcast["message"]
 
 
 def timeout_worker():
@@ -365,9 +381,15 @@ def timeout_worker():
 
     import accel_ops as ao
 
-    state = ao.PartialState(timeout=2)
+    # Start together (a file barrier), so the 3 s timeout can't expire while a slow rank is
+    # still importing torch.
+    out, rank = Path(os.environ["OUT"]), int(os.environ["RANK"])
+    (out / f"ready{rank}").touch()
+    while not all((out / f"ready{k}").exists() for k in range(2)):
+        time.sleep(0.05)
+    state = ao.PartialState(timeout=3)
     if state.process_index == 1:
-        time.sleep(5)  # never joins the collective
+        time.sleep(8)  # never joins the collective
         os._exit(0)
     start = time.monotonic()
     try:
@@ -379,13 +401,15 @@ def timeout_worker():
     os._exit(0)  # the group is unusable now; don't wait on it at exit
 
 
-def test_collective_that_never_completes_times_out_naming_the_op():
-    results = run_workers(2, function=f"{__file__}::timeout_worker", timeout=90)
+def test_collective_that_never_completes_times_out_naming_the_op(tmp_path):
+    results = run_workers(
+        2, function=f"{__file__}::timeout_worker", env={"OUT": str(tmp_path)}, timeout=90
+    )
     report = json.loads(results[0].stdout.strip().splitlines()[-1])
     assert report["error"] is not None
-    assert report["error"].startswith("gather failed on rank 0 of 2 (timeout 2 s)")
+    assert report["error"].startswith("gather failed on rank 0 of 2 (timeout 3 s)")
     assert "did not complete in time" in report["error"]
-    assert 1.5 < report["seconds"] < 10
+    assert 2.5 < report["seconds"] < 8
 
 
 def test_plain_torchrun(tmp_path):

@@ -22,6 +22,8 @@ def _padded(
     current = tensor.shape[dim]
     if length == current:
         return tensor
+    if isinstance(pad_index, torch.Tensor):  # e.g. a row of the input, as Accelerate allows
+        pad_index = pad_index.item()
     shape = list(tensor.shape)
     shape[dim] = length
     out = tensor.new_full(shape, pad_index)
