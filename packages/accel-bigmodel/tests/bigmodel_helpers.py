@@ -29,7 +29,7 @@ def unique_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def save_sharded(
     state: dict[str, torch.Tensor], folder: Path, max_shard_bytes: int, suffix: str = "safetensors"
 ) -> list[Path]:
-    """Write ``state`` as shards of at most ``max_shard_bytes`` plus an index; returns the shards."""
+    """Write ``state`` as shards of at most ``max_shard_bytes`` and an index; return the shards."""
     folder.mkdir(parents=True, exist_ok=True)
     shards: list[dict[str, torch.Tensor]] = [{}]
     size = 0
