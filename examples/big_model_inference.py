@@ -21,11 +21,11 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-import torch  # noqa: E402
-from safetensors.torch import save_file  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+import torch
+from safetensors.torch import save_file
+from transformers import LlamaConfig, LlamaForCausalLM
 
-from accel_bigmodel import init_empty_weights, load_checkpoint_and_dispatch  # noqa: E402
+from accel_bigmodel import init_empty_weights, load_checkpoint_and_dispatch
 
 CONFIG = LlamaConfig(
     hidden_size=768,
