@@ -66,6 +66,17 @@ def test_unknown_key_names_the_nearest_valid_one(tmp_path: Path):
         load_config(path)
 
 
+def test_several_unknown_keys_are_all_listed(tmp_path: Path):
+    path = tmp_path / "bad.yaml"
+    path.write_text("num_processs: 2\nmixed_precison: fp16\nzzz: 1\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert "'num_processs' (did you mean 'num_processes'?)" in message
+    assert "'mixed_precison' (did you mean 'mixed_precision'?)" in message
+    assert "'zzz'," in message or "'zzz'." in message
+
+
 def test_unknown_nested_key_names_the_section(tmp_path: Path):
     path = tmp_path / "bad.yaml"
     path.write_text("distributed_type: FSDP\nfsdp_config:\n  fsdp_ofload_params: true\n")

@@ -106,9 +106,15 @@ def test_inconsistent_values_are_clear_errors():
     with pytest.raises(
         AccelLaunchError, match=r"--num_processes 3 .* multiple of --num_machines 2"
     ):
-        resolve(flags("--num_processes", "3", "--num_machines", "2"), {}, {})
+        resolve(
+            flags("--num_processes", "3", "--num_machines", "2", "--main_process_ip", "h"), {}, {}
+        )
     with pytest.raises(AccelLaunchError, match="--machine_rank 2 is out of range"):
-        resolve(flags("--num_machines", "2", "--machine_rank", "2"), {}, {})
+        resolve(
+            flags("--num_machines", "2", "--machine_rank", "2", "--main_process_ip", "h"), {}, {}
+        )
+    with pytest.raises(AccelLaunchError, match="--num_machines 2 needs --main_process_ip"):
+        resolve(flags("--num_machines", "2", "--num_processes", "2"), {}, {})
     with pytest.raises(AccelLaunchError, match="ACCEL_NUM_PROCESSES='two'"):
         resolve(flags(), {"ACCEL_NUM_PROCESSES": "two"}, {})
     with pytest.raises(AccelLaunchError, match=r"ACCEL_MIXED_PRECISION='fp8'.*no, fp16, bf16"):

@@ -245,9 +245,16 @@ def validate(config: object, where: str = "config file") -> dict[str, Any]:
         raise ConfigError(
             f"{where} must hold a mapping of keys to values, got {type(config).__name__}"
         )
-    unknown = [key for key in config if key not in TOP_KEYS]
+    unknown = [str(key) for key in config if key not in TOP_KEYS]
+    if len(unknown) == 1:
+        raise _unknown_key_error(where, unknown[0], TOP_KEYS)
     if unknown:
-        raise _unknown_key_error(where, str(unknown[0]), TOP_KEYS)
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, list(TOP_KEYS), n=1, cutoff=0.5)
+            hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
+        valid = ", ".join(sorted(TOP_KEYS))
+        raise ConfigError(f"unknown keys in {where}: {', '.join(hints)}. Valid keys: {valid}.")
     result: dict[str, Any] = {}
     for key, value in config.items():
         spec = TOP_KEYS[key]

@@ -161,6 +161,11 @@ def resolve(
             f"--machine_rank {rank} is out of range for --num_machines {machines} "
             f"(expected 0..{machines - 1})"
         )
+    if machines > 1 and values["main_process_ip"].source == "default":
+        raise AccelLaunchError(
+            f"--num_machines {machines} needs --main_process_ip (the address of the machine of "
+            "rank 0), or main_process_ip in the config file"
+        )
     if values["num_processes"].value is None:
         gpus = _visible_gpus(values["gpu_ids"].value)
         per_machine = gpus if kind.value == "MULTI_GPU" and gpus > 0 else 1
