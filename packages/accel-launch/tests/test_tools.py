@@ -39,6 +39,25 @@ def test_accel_test_runs_every_check_on_two_processes(tmp_path: Path):
     assert "FAIL" not in out
 
 
+def test_self_check_without_accel_ops_says_what_to_install(monkeypatch, capsys):
+    from accel_launch import selfcheck
+
+    real = importlib.util.find_spec
+    hidden = ("accel_ops", "accel_core")
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda n, *a: None if n in hidden else real(n, *a)
+    )
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    assert selfcheck.main() == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "PASS process group: rank 0 of 1, gloo"
+    assert "PASS torch.distributed all_gather: gathered [0]" in lines
+    assert "SKIP accel_ops checks: not installed (pip install accel-ops accel-core)" in lines
+    assert "SKIP accel_core checks: not installed (pip install accel-ops accel-core)" in lines
+    assert lines[-1] == "accel test: all checks passed on 1 process."
+
+
 @pytest.mark.multiprocess
 @pytest.mark.slow
 def test_merge_weights_of_a_two_process_sharded_checkpoint(tmp_path: Path):

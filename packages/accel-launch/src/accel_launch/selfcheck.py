@@ -175,7 +175,8 @@ def main() -> int:
         for name in missing:
             print(f"SKIP {name} checks: not installed ({INSTALL_HINT})", flush=True)
         verdict = "some checks FAILED" if failed else "all checks passed"
-        print(f"accel test: {verdict} on {dist.get_world_size()} processes.", flush=True)
+        count = dist.get_world_size()
+        print(f"accel test: {verdict} on {count} process{'es' if count > 1 else ''}.", flush=True)
     dist.destroy_process_group()
     return 1 if failed else 0
 
