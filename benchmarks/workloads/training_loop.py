@@ -11,7 +11,7 @@ AdamW step, scheduler step, reading batches from its data loader (epochs restart
 Implementations named together are interleaved round by round (alternating which goes first) so
 they see the same machine load. After a warm-up round each, every round is: a barrier, STEPS
 steps, a barrier; the figure is STEPS / round time, median over ROUNDS rounds. Rank 0 prints one
-JSON object: {impl: steps per second}.
+JSON object: {impl: steps per second, "rounds": {impl: [steps per second of each round]}}.
 """
 
 from __future__ import annotations
@@ -165,7 +165,9 @@ def main() -> None:
         for impl in turn:
             rates[impl].append(timed_round(runners[impl], steps))
     if dist.get_rank() == 0:
-        print(json.dumps({impl: statistics.median(values) for impl, values in rates.items()}))
+        result: dict = {impl: statistics.median(values) for impl, values in rates.items()}
+        result["rounds"] = {impl: [round(v, 3) for v in values] for impl, values in rates.items()}
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":
