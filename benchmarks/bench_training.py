@@ -5,9 +5,9 @@ Two models: an MLP (256-1024-1024-10, batch 64 per process) and a small BERT cla
 a transformers config (2 layers, hidden 128, sequence 64, batch 16 per process, random weights).
 Each step: zero_grad, forward, loss, backward, AdamW step, scheduler step, next batch from the
 loader. Figures are steady-state steps per second measured inside the workers after warm-up,
-median over many short rounds (benchmarks/workloads/training_loop.py). accel and raw run interleaved in the
-same two processes; Accelerate runs in its own venv with its own raw loop as a control (its
-"raw" figure is not shown but makes load drift between the two runs visible in the JSON).
+median over many short rounds (benchmarks/workloads/training_loop.py). accel and raw run
+interleaved in the same two processes; Accelerate runs in its own venv with its own raw loop as a
+control (its "raw" figure is not shown but makes load drift between the two runs visible).
 """
 
 from __future__ import annotations
