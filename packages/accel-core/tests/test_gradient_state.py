@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from accel_core import GradientAccumulationPlugin, GradientState
+from accel_core import GradientAccumulationPlugin, GradientState, KwargsHandler
 
 
 @pytest.fixture(autouse=True)
@@ -56,6 +56,7 @@ def test_plugin_values_and_update():
         "sync_with_dataloader": False,
         "sync_each_batch": True,
     }
+    assert isinstance(plugin, KwargsHandler)
     state = GradientState(plugin)
     assert (state.num_steps, state.sync_with_dataloader, state.sync_each_batch) == (4, False, True)
     assert state.adjust_scheduler is True

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import os
 import weakref
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from typing import Any
+
+from accel_core.kwargs_handlers import KwargsHandler
 
 
 @dataclass
-class GradientAccumulationPlugin:
-    """How gradient accumulation behaves.
+class GradientAccumulationPlugin(KwargsHandler):
+    """How gradient accumulation behaves (``to_kwargs()`` gives the non-default values).
 
     Args:
         num_steps: number of batches whose gradients are accumulated before one optimizer step
@@ -43,15 +45,6 @@ class GradientAccumulationPlugin:
                 f"GradientAccumulationPlugin(num_steps={self.num_steps!r}): num_steps must be an "
                 "integer >= 1 (1 means no accumulation) or None."
             )
-
-    def to_dict(self) -> dict[str, Any]:
-        """All fields as a dictionary."""
-        return asdict(self)
-
-    def to_kwargs(self) -> dict[str, Any]:
-        """The fields whose value differs from the default (like Accelerate's ``KwargsHandler``)."""
-        defaults = {f.name: f.default for f in fields(self)}
-        return {k: v for k, v in self.to_dict().items() if defaults[k] != v}
 
 
 # Values of the properties when no plugin set them (the plugin's documented defaults).
