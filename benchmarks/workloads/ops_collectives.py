@@ -3,9 +3,10 @@
 Run under torchrun with 2 processes: ``ops_collectives.py IMPLS ROUNDS CALLS``. IMPLS is a comma
 list of ``accel``, ``raw`` (plain torch.distributed) and ``accelerate`` (Hugging Face Accelerate,
 run with its own venv's python). Implementations named together are interleaved round by round
-(alternating which goes first), so they see the same machine load. Each round: a barrier, then CALLS calls of one operation;
-the per-call time is the round's time divided by CALLS, and the figure is the median over ROUNDS
-rounds after warm-up. Rank 0 prints one JSON object: {impl: {op: seconds per call}}.
+(alternating which goes first), so they see the same machine load. Each round: a barrier, then
+CALLS calls of one operation; the per-call time is the round's time divided by CALLS, and the
+figure is the median over ROUNDS rounds after warm-up. ``OPS_ROWS`` (default 1024 rows of 1024
+floats) changes the tensor size. Rank 0 prints one JSON object: {impl: {op: seconds per call}}.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = Fals
     if not _installed("torch_xla"):
         return False
     if check_is_tpu or check_is_gpu:
-        import torch_xla.runtime as xr  # type: ignore[import-not-found]
+        import torch_xla.runtime as xr
 
         kind = xr.device_type()
         return (check_is_tpu and kind == "TPU") or (check_is_gpu and kind in ("GPU", "CUDA"))

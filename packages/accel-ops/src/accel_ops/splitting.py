@@ -42,11 +42,11 @@ def _split_one(inputs: Any, start: int, end: int, longest: int, apply_padding: b
             part = torch.cat([part, filler])
         return part
     if isinstance(inputs, (list, tuple)):
-        part = inputs[start:end]
-        missing = longest - len(part)
+        items: Any = inputs[start:end]
+        missing = longest - len(items)
         if apply_padding and missing > 0 and len(inputs) > 0:
-            part = part + type(part)([inputs[-1]] * missing)
-        return part
+            items = items + type(items)([inputs[-1]] * missing)
+        return items
     if hasattr(inputs, "select") and hasattr(inputs, "__len__"):  # a datasets.Dataset
         indices = list(range(min(start, len(inputs)), min(end, len(inputs))))
         missing = longest - len(indices)

@@ -40,10 +40,11 @@ def rebuild_mapping(original: Mapping[Any, Any], items: dict[Any, Any]) -> Any:
     """A mapping of ``original``'s type holding ``items`` (falls back to a copy for odd types)."""
     if type(original) is dict:
         return items
+    kind: Any = type(original)
     try:
-        return type(original)(items)
+        return kind(items)
     except TypeError:  # e.g. defaultdict, whose first argument is the factory
-        rebuilt = copy.copy(original)
+        rebuilt: Any = copy.copy(original)
         rebuilt.update(items)
         return rebuilt
 
