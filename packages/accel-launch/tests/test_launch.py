@@ -54,6 +54,8 @@ def test_three_processes_get_the_launch_environment(tmp_path: Path):
         "bf16",
         "--num_cpu_threads_per_process",
         "1",
+        "--log-dir",
+        str(tmp_path / "logs"),
         str(SCRIPTS / "probe.py"),
         "--epochs",
         "2",
@@ -75,6 +77,9 @@ def test_three_processes_get_the_launch_environment(tmp_path: Path):
         assert env["OMP_NUM_THREADS"] == "1" and env["ACCEL_NUM_MACHINES"] == "1"
         assert report["argv"] == ["--epochs", "2"] and report["name"] == "__main__"
     assert len({r["env"]["MASTER_PORT"] for r in everyone}) == 1
+    # --log_dir keeps every worker's output even after success (the launcher's temp logs go away)
+    logs = sorted((tmp_path / "logs").glob("*/attempt_0/*/output.log"))
+    assert [log.read_text() for log in logs] == [f"probe rank {r} done\n" for r in range(3)]
 
 
 def _start_machine(

@@ -78,7 +78,8 @@ def run_elastic(
 
         logging.getLogger("torch.distributed.elastic").setLevel(logging.ERROR)
 
-    log_dir = tempfile.mkdtemp(prefix="accel_launch_")
+    keep_logs = plan["log_dir"] is not None
+    log_dir = str(plan["log_dir"]) if keep_logs else tempfile.mkdtemp(prefix="accel_launch_")
     machines = int(plan["num_machines"])
     backend = str(plan["rdzv_backend"])
     rdzv_configs: dict[str, object] = {"timeout": 900}
@@ -110,11 +111,13 @@ def run_elastic(
             return 128 - code
         return code if 0 < code < 256 else 1
     except SignalException as error:
-        shutil.rmtree(log_dir, ignore_errors=True)
+        if not keep_logs:
+            shutil.rmtree(log_dir, ignore_errors=True)
         print(
             f"accel launch: stopped by {error.sigval.name}; all workers were stopped.",
             file=sys.stderr,
         )
         return 128 + int(error.sigval)
-    shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something failed
+    if not keep_logs:
+        shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something failed
     return 0

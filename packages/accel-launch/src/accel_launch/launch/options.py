@@ -368,6 +368,12 @@ OPTIONS: tuple[Option, ...] = (
         config_key=("downcast_bf16",),
         default=False,
     ),
+    _O(
+        "log_dir",
+        "output",
+        "Keep each worker's output and error file in this folder (default: a temporary folder, "
+        "deleted when the job succeeds).",
+    ),
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}
