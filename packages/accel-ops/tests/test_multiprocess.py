@@ -56,11 +56,16 @@ def collectives_worker():
 
     import accel_ops as ao
 
+    c = Checks()
     if os.environ.get("PREINIT") == "1":  # the user formed the group before PartialState
         dist.init_process_group("gloo")
+        # Without a PartialState the collectives use the default group.
+        me, size = dist.get_rank(), dist.get_world_size()
+        c.equal(ao.gather(torch.tensor([me])), torch.arange(size), "gather without state")
+        c.equal(ao.gather_object([me]), list(range(size)), "gather_object without state")
+        c.equal(ao.is_initialized(), False, "no state yet")
     state = ao.PartialState()
     rank, n = state.process_index, state.num_processes
-    c = Checks()
     c.equal(state._created_group, os.environ.get("PREINIT") != "1", "created group")
     c.equal((state.backend, state.distributed_type), ("gloo", ao.DistributedType.MULTI_CPU), "kind")
     c.equal(
@@ -308,19 +313,19 @@ def three_process_run(tmp_path_factory):
     return run_workers(3, function=f"{__file__}::collectives_worker", env=env, timeout=180)
 
 
-def _assert_all_ok(results):
+def _assert_all_ok(results, preinit):
     n = len(results)
     for rank, text in enumerate(_reports(results, "CHECKS-OK")):
         in_group = rank in (0, n - 1)
-        assert int(text) == 61 + (6 if in_group else 0)
+        assert int(text) == 61 + (6 if in_group else 0) + (3 if preinit else 0)
 
 
 def test_collectives_on_two_processes(two_process_run):
-    _assert_all_ok(two_process_run)
+    _assert_all_ok(two_process_run, preinit=False)
 
 
 def test_collectives_on_three_processes_with_a_user_made_group(three_process_run):
-    _assert_all_ok(three_process_run)
+    _assert_all_ok(three_process_run, preinit=True)
 
 
 def debug_mismatch_checks(state):
@@ -389,7 +394,7 @@ def timeout_worker():
         time.sleep(0.05)
     state = ao.PartialState(timeout=3)
     if state.process_index == 1:
-        time.sleep(8)  # never joins the collective
+        time.sleep(6)  # never joins the collective
         os._exit(0)
     start = time.monotonic()
     try:

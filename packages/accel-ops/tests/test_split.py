@@ -49,6 +49,8 @@ def test_dict_values_must_have_equal_length():
 def test_unsupported_type():
     with pytest.raises(TypeError, match="can't split a set"):
         split_inputs({1, 2}, 2, 0, False)
+    with pytest.raises(TypeError, match="can't split the dict value 'n', a int"):
+        split_inputs({"a": [1, 2], "n": 3}, 2, 0, False)
 
 
 def test_dataset_like_objects_use_select():

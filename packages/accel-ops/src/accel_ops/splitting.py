@@ -21,7 +21,15 @@ def shard_bounds(length: int, num_processes: int, process_index: int) -> tuple[i
 
 def _length(inputs: Any) -> int:
     if isinstance(inputs, Mapping):
-        lengths = {key: len(value) for key, value in inputs.items()}
+        lengths = {}
+        for key, value in inputs.items():
+            if not hasattr(value, "__len__"):
+                raise TypeError(
+                    f"split_between_processes can't split the dict value {key!r}, a "
+                    f"{type(value).__qualname__}; every value must be a list, tuple, tensor or "
+                    "datasets.Dataset"
+                )
+            lengths[key] = len(value)
         if not lengths:
             return 0
         if len(set(lengths.values())) > 1:
