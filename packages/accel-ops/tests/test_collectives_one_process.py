@@ -53,8 +53,6 @@ def test_reduce_rejects_unknown_reduction():
 @pytest.mark.parametrize(
     ("call", "op"),
     [
-        (lambda d: gather(d), "gather"),
-        (lambda d: broadcast(d), "broadcast"),
         (lambda d: reduce(d), "reduce"),
         (lambda d: pad_across_processes(d), "pad_across_processes"),
     ],
@@ -66,6 +64,12 @@ def test_non_tensor_is_a_type_error_with_path(call, op):
     message = str(info.value)
     assert message.startswith(f"{op} expects tensors")
     assert "found str at tensor['batch']['labels'][2]" in message
+
+
+def test_gather_and_broadcast_return_any_input_on_one_process():
+    data = {"labels": [torch.ones(1), "text"]}
+    assert gather(data) is data
+    assert broadcast(data) is data
 
 
 def test_copy_tensor_to_devices_needs_a_tensor_on_one_process():

@@ -135,6 +135,13 @@ def collectives_worker():
     same = torch.ones(2)
     c.equal(ao.pad_across_processes(same) is same, True, "no padding needed returns input")
 
+    # a non-tensor leaf: TypeError naming its path, on every rank
+    try:
+        ao.gather({"batch": {"labels": [torch.ones(1), "text"]}})
+        c.equal("no error", "TypeError", "non-tensor leaf")
+    except TypeError as error:
+        c.equal("found str at tensor['batch']['labels'][1]" in str(error), True, "leaf path")
+
     # gather_object
     c.equal(
         ao.gather_object([rank, f"s{rank}"]),
@@ -317,7 +324,7 @@ def _assert_all_ok(results, preinit):
     n = len(results)
     for rank, text in enumerate(_reports(results, "CHECKS-OK")):
         in_group = rank in (0, n - 1)
-        assert int(text) == 61 + (6 if in_group else 0) + (3 if preinit else 0)
+        assert int(text) == 62 + (6 if in_group else 0) + (3 if preinit else 0)
 
 
 def test_collectives_on_two_processes(two_process_run):

@@ -25,18 +25,15 @@ def gather(tensor: Any, group: Any = None) -> Any:
 
     Every rank must pass the same structure with the same shapes (pad uneven first with
     :func:`pad_across_processes`). A 0-dim tensor becomes one element per process. Every rank gets
-    the result. On one process the input is returned unchanged.
+    the result. On one process the input is returned unchanged (like Accelerate, without
+    looking at it).
     """
     comm = _comm.resolve(group)
     if comm is None:
-        return apply_to_tensors("gather", _identity, tensor)
+        return tensor
     if comm.debug:
         _comm.verify("gather", comm, tensor)
     return apply_to_tensors("gather", _gather_one, tensor, comm)
-
-
-def _identity(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor
 
 
 def _gather_one(tensor: torch.Tensor, comm: _comm.Comm) -> torch.Tensor:
@@ -75,7 +72,7 @@ def broadcast(tensor: Any, from_process: int = 0, group: Any = None) -> Any:
     """
     comm = _comm.resolve(group)
     if comm is None:
-        return apply_to_tensors("broadcast", _identity, tensor)
+        return tensor
     _check_source("broadcast", from_process, comm)
     if comm.debug:
         _comm.verify("broadcast", comm, tensor)
