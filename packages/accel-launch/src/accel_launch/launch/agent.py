@@ -13,6 +13,7 @@ import sys
 import tempfile
 import uuid
 
+from accel_launch.errors import AccelLaunchError
 from accel_launch.launch.resolve import LaunchPlan
 from accel_launch.launch.summary import print_failure_summary
 
@@ -69,9 +70,15 @@ def run_elastic(
     os.environ.update(env)
     if quiet:
         os.environ.setdefault("LOGLEVEL", "ERROR")
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    try:
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    except ImportError as error:
+        raise AccelLaunchError(
+            f"launching several processes needs PyTorch's elastic agent ({error}); install torch: "
+            "https://pytorch.org/get-started/locally/"
+        ) from None
 
     if quiet:
         import logging
