@@ -8,6 +8,7 @@ import pty
 import re
 import select
 import struct
+import subprocess
 import termios
 import time
 from pathlib import Path
@@ -152,6 +153,22 @@ def test_cluster_fsdp_to_the_default_location(tmp_path: Path, tty_env: dict[str,
         "fsdp_activation_checkpointing": False,
     }
     assert config["debug"] is True and config["gpu_ids"] == "all"
+
+
+def test_without_a_terminal_it_says_what_to_do_instead(tmp_path: Path):
+    target = tmp_path / "never.yaml"
+    done = subprocess.run(
+        [*accel_command(), "config", "--config_file", str(target)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "needs a terminal" in done.stderr and "accel config default" in done.stderr
+    assert not target.exists()
 
 
 @pytest.mark.slow

@@ -27,7 +27,10 @@ DYNAMO_CHOICES = ("inductor", "eager", "aot_eager", "cudagraphs", "onnxrt", "ten
 
 
 def _ask(question: Any) -> Any:
-    answer = question.ask()
+    try:
+        answer = question.ask()
+    except EOFError:
+        answer = None
     if answer is None:  # Ctrl-C or Ctrl-D
         raise AccelLaunchError("accel config was interrupted; nothing was written")
     return answer
@@ -137,8 +140,15 @@ def _fsdp(ask: _Asker) -> dict[str, Any]:
 
 def ask_config() -> dict[str, Any]:
     """Ask every question and return the config mapping (not yet written)."""
+    import sys
+
     from accel_launch.devices import count_cuda_devices
 
+    if not sys.stdin.isatty():
+        raise AccelLaunchError(
+            "accel config asks questions and needs a terminal; without one, write a config with "
+            "`accel config default` (then edit it), or pass options to `accel launch` directly"
+        )
     ask = _Asker()
     config: dict[str, Any] = {"compute_environment": "LOCAL_MACHINE"}
     where = ask.select(
