@@ -24,7 +24,7 @@ def _measure(python: str, impls: str, rounds: int, calls: int) -> dict:
 
 
 def run(ctx: Context) -> list[Row]:
-    rounds, calls = (8, 5) if ctx.quick else (30, 10)
+    rounds, calls = (8, 5) if ctx.quick else (60, 10)
     ours = _measure(ctx.python, "accel,raw", rounds, calls)
     theirs = _measure(ctx.hf_python, "accelerate", rounds, calls) if ctx.hf_python else None
     rows = []
