@@ -11,11 +11,10 @@ import os
 import shutil
 import sys
 import tempfile
-import uuid
 
 from accel_launch.errors import AccelLaunchError
 from accel_launch.launch.resolve import LaunchPlan
-from accel_launch.launch.summary import print_failure_summary
+from accel_launch.launch.summary import print_failure_summary, root_cause
 
 
 def worker_command(script: str, script_args: list[str], module: bool, no_python: bool) -> list[str]:
@@ -96,7 +95,7 @@ def run_elastic(
         min_nodes=machines,
         max_nodes=machines,
         nproc_per_node=plan.nproc_per_node,
-        run_id=os.environ.get("ACCEL_RUN_ID", "none" if backend == "static" else uuid.uuid4().hex),
+        run_id="none",  # torchrun's default; every machine must use the same id
         role="default",
         rdzv_endpoint=f"{plan['main_process_ip']}:{port}",
         rdzv_backend=backend,
@@ -112,8 +111,7 @@ def run_elastic(
     except ChildFailedError as error:
         print_failure_summary(error.failures, int(plan["machine_rank"]), log_dir)
         print(error.format_msg(), file=sys.stderr)
-        _, first = error.get_first_failure()
-        code = first.exitcode
+        code = int(error.failures[root_cause(error.failures)].exitcode)
         if code < 0:
             return 128 - code
         return code if 0 < code < 256 else 1

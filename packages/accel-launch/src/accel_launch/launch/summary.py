@@ -48,17 +48,23 @@ def _tail(error_file: str, lines: int = TAIL_LINES) -> list[str]:
     return text.rstrip("\n").splitlines()[-lines:]
 
 
+def root_cause(failures: Mapping[int, Any]) -> int:
+    """The rank that failed first: not one the agent stopped (SIGTERM); earliest; lowest."""
+
+    def order(rank: int) -> tuple[bool, int, int]:
+        failure = failures[rank]
+        stopped = int(failure.exitcode) == -signal.SIGTERM
+        return (stopped, int(getattr(failure, "timestamp", 0)), rank)
+
+    return min(failures, key=order)
+
+
 def format_failure_summary(failures: Mapping[int, Any], machine_rank: int) -> str:
     """The summary of torch's ``ChildFailedError.failures`` (global rank -> ProcessFailure)."""
     host = socket.gethostname()
     out = [f"accel launch: the job failed on machine {machine_rank} ({host}):"]
 
-    def root_cause_order(rank: int) -> tuple[bool, int, int]:
-        failure = failures[rank]
-        stopped = int(failure.exitcode) == -signal.SIGTERM
-        return (stopped, int(getattr(failure, "timestamp", 0)), rank)
-
-    first = min(failures, key=root_cause_order) if failures else None
+    first = root_cause(failures) if failures else None
     order = sorted(failures, key=lambda rank: (rank != first, rank))
     for rank in order:
         failure = failures[rank]
