@@ -57,23 +57,26 @@ def offload_weight(
 def load_offloaded_weight(
     weight_file: str | os.PathLike, weight_info: Mapping[str, Any]
 ) -> torch.Tensor:
-    """Read a ``.dat`` file written by ``offload_weight`` back into a CPU tensor."""
+    """Map a ``.dat`` file written by ``offload_weight`` back as a CPU tensor (no copy)."""
     dtype = parse_dtype(weight_info["dtype"])
     shape = tuple(weight_info["shape"])
-    tensor = torch.empty(shape, dtype=dtype)
-    buffer = _byte_view(tensor)
+    numel = 1
+    for dim in shape:
+        numel *= dim
+    expected = numel * dtype.itemsize
     try:
-        with open(weight_file, "rb") as handle:
-            count = handle.readinto(buffer)
+        count = os.path.getsize(weight_file)
     except OSError as error:
         raise CheckpointError(f"cannot read offloaded weight {weight_file}: {error}") from None
-    if count != len(buffer):
+    if count != expected:
         raise CheckpointError(
-            f"offloaded weight {weight_file} has {count} bytes, expected {len(buffer)} for shape "
+            f"offloaded weight {weight_file} has {count} bytes, expected {expected} for shape "
             f"{list(shape)} and dtype {weight_info['dtype']}; the offload folder is damaged, "
             f"delete it and load the checkpoint again"
         )
-    return tensor
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    return torch.from_file(str(weight_file), shared=False, size=numel, dtype=dtype).view(shape)
 
 
 def read_index_entry(
@@ -81,7 +84,7 @@ def read_index_entry(
 ) -> torch.Tensor:
     """Read the tensor an offload index entry describes (a ``.dat`` file or a safetensors key)."""
     if info.get("safetensors_file") is not None:
-        tensor = open_safetensors(info["safetensors_file"]).read(info.get("weight_name", key))
+        tensor = open_safetensors(info["safetensors_file"]).map(info.get("weight_name", key))
         wanted = parse_dtype(info["dtype"]) if info.get("dtype") else None
         return tensor if wanted is None or tensor.dtype == wanted else tensor.to(wanted)
     if folder is None:

@@ -74,6 +74,9 @@ class Prefetcher:
 
 def _load(hook: AlignDevicesHook) -> dict[str, torch.Tensor]:
     values = hook.load_weights()
+    for value in values.values():  # fault memory-mapped pages in now, off the compute thread
+        if value.device.type == "cpu" and value.numel() > 0 and value.is_contiguous():
+            value.reshape(-1).view(torch.uint8)[::4096].max()
     device = hook.execution_device
     if device is None or torch.device(device).type != "cuda":
         return values

@@ -1,9 +1,8 @@
 """Reading safetensors files: a validated header, and tensors read eagerly into fresh memory.
 
 The header is read and checked before anything is loaded, so a truncated or corrupt file is a
-clear error naming the file. ``SafetensorsFile.read`` copies one tensor's bytes with ``os.preadv``
-(which releases the GIL, so a background thread can prefetch while another computes) into a new
-tensor: memory is freed as soon as the tensor is, unlike a memory map kept open.
+clear error naming the file. ``SafetensorsFile.map`` returns one tensor memory-mapped from the
+file: no copy is made, and the memory is released as soon as the tensor is.
 """
 
 from __future__ import annotations
@@ -114,28 +113,18 @@ class SafetensorsFile:
         """The tensor names in file order."""
         return list(self.entries)
 
-    def read(self, name: str) -> torch.Tensor:
-        """Read tensor ``name`` into a new CPU tensor (a real copy, not a memory map)."""
-        entry = self.entries[name]
-        tensor = torch.empty(entry.shape, dtype=entry.dtype)
-        nbytes = entry.end - entry.start
-        if nbytes == 0:
-            return tensor
-        buffer = _byte_view(tensor)
+    def map(self, name: str) -> torch.Tensor:
+        """Tensor ``name`` memory-mapped from the file: nothing is read until it is used, and
+        the mapping (and the memory it occupies) goes away with the tensor."""
+        from safetensors import safe_open
+
+        if name not in self.entries:
+            raise KeyError(f"{name!r} is not in {self.path}")
         try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except OSError as error:
+            with safe_open(self.path, framework="pt", device="cpu") as handle:
+                return handle.get_tensor(name)
+        except Exception as error:  # the file changed or vanished since it was checked
             raise CheckpointError(f"cannot read {name!r} from {self.path}: {error}") from None
-        try:
-            done = 0
-            while done < nbytes:
-                count = os.preadv(fd, [buffer[done:]], entry.start + done)
-                if count <= 0:
-                    raise self._fail(f"reading {name!r} stopped after {done} of {nbytes} bytes")
-                done += count
-        finally:
-            os.close(fd)
-        return tensor
 
 
 def _byte_view(tensor: torch.Tensor) -> memoryview:
