@@ -91,8 +91,24 @@ def test_use_fsdp_flag_overrides_a_ddp_config():
     assert env["ACCEL_STRATEGY"] == "fsdp"
     assert json.loads(env["ACCEL_STRATEGY_CONFIG"]) == {"fsdp_sharding_strategy": "SHARD_GRAD_OP"}
     assert env["ACCEL_DYNAMO_BACKEND"] == "inductor"
+    assert env["ACCEL_DYNAMO_MODE"] == "default"
+    assert env["ACCEL_DYNAMO_USE_FULLGRAPH"] == env["ACCEL_DYNAMO_USE_DYNAMIC"] == "false"
     assert env["ACCEL_DEBUG_MODE"] == "true"
     assert "CUDA_VISIBLE_DEVICES" not in env  # --cpu
+
+
+def test_dynamo_options_reach_the_workers_only_with_a_backend():
+    plan = resolve(
+        flags("--dynamo_backend", "eager", "--dynamo_mode", "max-autotune", "--dynamo_use_dynamic"),
+        {},
+        {"dynamo_config": {"dynamo_use_fullgraph": True}},
+    )
+    env = accel_environment(plan)
+    assert (env["ACCEL_DYNAMO_BACKEND"], env["ACCEL_DYNAMO_MODE"]) == ("eager", "max-autotune")
+    assert env["ACCEL_DYNAMO_USE_FULLGRAPH"] == env["ACCEL_DYNAMO_USE_DYNAMIC"] == "true"
+    assert "ACCEL_DYNAMO_MODE" not in accel_environment(
+        resolve(flags("--dynamo_mode", "default"), {}, {})
+    )
 
 
 def test_gpu_ids_become_cuda_visible_devices():

@@ -28,6 +28,10 @@ def accel_environment(plan: LaunchPlan) -> dict[str, str]:
         "ACCEL_DYNAMO_BACKEND": str(plan["dynamo_backend"]).lower(),
         "ACCEL_NUM_MACHINES": str(plan["num_machines"]),
     }
+    if env["ACCEL_DYNAMO_BACKEND"] != "no":
+        env["ACCEL_DYNAMO_MODE"] = str(plan["dynamo_mode"])
+        env["ACCEL_DYNAMO_USE_FULLGRAPH"] = _flag(plan["dynamo_use_fullgraph"])
+        env["ACCEL_DYNAMO_USE_DYNAMIC"] = _flag(plan["dynamo_use_dynamic"])
     if plan.strategy is not None:
         env["ACCEL_STRATEGY"] = plan.strategy
         env["ACCEL_STRATEGY_CONFIG"] = json.dumps(plan.strategy_config, sort_keys=True)
