@@ -6,6 +6,7 @@ import math
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
@@ -14,6 +15,16 @@ from accel_core.data_loader.shard_loader import STATEFUL_UNSUPPORTED
 from accel_core.gradient_state import GradientState
 
 SliceFn = Callable[..., Any]
+
+# What the main process announces before each step (see DataLoaderDispatcher._fetch).
+_SAME, _NEW, _END, _FAILED = 0, 1, 2, 3
+
+
+def _same_layout(layout: Any, previous: Any) -> bool:
+    try:
+        return previous is not None and bool(layout == previous)
+    except Exception:  # leaves that do not compare to one bool (arrays): send the layout again
+        return False
 
 
 def _is_datapipe(dataset: Any) -> bool:
@@ -78,6 +89,7 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         self._non_blocking = _non_blocking
         self.slice_fn: SliceFn = slice_tensors if slice_fn is None else slice_fn
         self.iteration = iteration
+        self._layout: Any = None  # the batch layout the other processes last received
         self.reset()
 
     @property
@@ -90,28 +102,44 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
     def _fetch(self, iterator: Iterator[Any] | None) -> tuple[Any, Any]:
         """The next global batch (main process; ``None`` elsewhere) and, everywhere, its layout.
 
-        The layout is ``None`` once the main process has nothing left to send.
+        The layout is ``None`` once the main process has nothing left to send. Each step costs one
+        one-number broadcast (same layout, new layout, end, failure); the layout itself is sent
+        only when it changes, and a loading error on the main process is raised everywhere
+        instead of leaving the other processes waiting.
         """
-        from accel_ops import broadcast_object_list, concatenate, get_data_structure
+        from accel_ops import broadcast, broadcast_object_list, concatenate, get_data_structure
 
-        batch, failure = None, None
-        if iterator is not None and self.state.process_index == 0:
+        state = self.state
+        batch, failure, layout, code = None, None, None, _SAME
+        if iterator is not None and state.process_index == 0:
             try:
                 batch = self._read_global_batch(iterator, concatenate)
             except Exception as error:
                 failure = error
-        message = None if failure is None else f"{type(failure).__name__}: {failure}"
-        payload = [None if batch is None else get_data_structure(batch), message]
-        # Every process learns the layout, or that the main process failed (instead of hanging).
-        broadcast_object_list(payload, from_process=0)
-        if failure is not None:
-            raise failure
-        if payload[1] is not None:
-            raise RuntimeError(
-                f"DataLoaderDispatcher: the main process failed to load a batch ({payload[1]}); "
-                "see its traceback."
-            )
-        return batch, payload[0]
+            if failure is not None:
+                code = _FAILED
+            elif batch is None:
+                code = _END
+            else:
+                layout = get_data_structure(batch)
+                code = _SAME if _same_layout(layout, self._layout) else _NEW
+        signal = torch.tensor([code], dtype=torch.int64, device=state.device)
+        code = int(broadcast(signal, from_process=0).item())
+        if code in (_NEW, _FAILED):
+            message = None if failure is None else f"{type(failure).__name__}: {failure}"
+            payload = broadcast_object_list([layout if code == _NEW else message], from_process=0)
+            if code == _NEW:
+                self._layout = payload[0]
+            elif failure is not None:
+                raise failure
+            else:
+                raise RuntimeError(
+                    f"DataLoaderDispatcher: the main process failed to load a batch "
+                    f"({payload[0]}); see its traceback."
+                )
+        if code == _END:
+            return None, None
+        return batch, self._layout
 
     def _read_global_batch(self, iterator: Iterator[Any], concatenate: Callable[..., Any]) -> Any:
         wanted = 1 if self.split_batches else self.state.num_processes
@@ -146,6 +174,7 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         )
 
         rank, world = self.state.process_index, self.state.num_processes
+        self._layout = None
         self.begin()
         try:
             self.set_epoch(self.iteration)
