@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -77,6 +78,13 @@ def test_three_processes_get_the_launch_environment(tmp_path: Path):
         assert env["OMP_NUM_THREADS"] == "1" and env["ACCEL_NUM_MACHINES"] == "1"
         assert report["argv"] == ["--epochs", "2"] and report["name"] == "__main__"
     assert len({r["env"]["MASTER_PORT"] for r in everyone}) == 1
+    if importlib.util.find_spec("accel_ops") is not None:  # the reader's side of the contract
+        from accel_ops import LaunchEnvironment
+
+        parsed = LaunchEnvironment.from_environ(everyone[2]["env"])
+        assert (parsed.rank, parsed.world_size, parsed.local_world_size) == (2, 3, 3)
+        assert (parsed.strategy, parsed.mixed_precision, parsed.use_cpu) == ("fsdp", "bf16", True)
+        assert dict(parsed.strategy_config) == {"fsdp_sharding_strategy": "SHARD_GRAD_OP"}
     # --log_dir keeps every worker's output even after success (the launcher's temp logs go away)
     logs = sorted((tmp_path / "logs").glob("*/attempt_0/*/output.log"))
     assert [log.read_text() for log in logs] == [f"probe rank {r} done\n" for r in range(3)]
