@@ -6,7 +6,8 @@ run with its own venv's python). Implementations named together are interleaved 
 (alternating which goes first), so they see the same machine load. Each round: a barrier, then
 CALLS calls of one operation; the per-call time is the round's time divided by CALLS, and the
 figure is the median over ROUNDS rounds after warm-up. ``OPS_ROWS`` (default 1024 rows of 1024
-floats) changes the tensor size. Rank 0 prints one JSON object: {impl: {op: seconds per call}}.
+floats) changes the tensor size; ``OPS_ONLY`` times a single operation. Rank 0 prints one JSON
+object: {impl: {op: seconds per call}}.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ def main() -> None:
         "broadcast": torch.randn(ROWS, COLS),
         "reduce": torch.randn(ROWS, COLS),
     }
+    only = os.environ.get("OPS_ONLY")  # e.g. OPS_ONLY=gather to time one operation
+    if only:
+        inputs = {only: inputs[only]}
     times: dict[str, dict[str, list[float]]] = {i: {op: [] for op in inputs} for i in impls}
     for round_index in range(rounds + 2):  # the first two rounds are warm-up
         for op, tensor in inputs.items():
