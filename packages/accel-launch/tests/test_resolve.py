@@ -57,6 +57,13 @@ def test_several_processes_without_gpus_is_multi_cpu_ddp(monkeypatch: pytest.Mon
     assert env["OMP_NUM_THREADS"] == "1"
 
 
+def test_multi_gpu_without_gpus_or_a_count_is_an_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    with pytest.raises(AccelLaunchError, match=r"MULTI_GPU \(flag\) found no GPU"):
+        resolve(flags("--multi_gpu"), {}, {})
+    assert resolve(flags("--multi_gpu", "--num_processes", "2", "--cpu"), {}, {}).world_size == 2
+
+
 def test_single_process_sets_no_strategy():
     plan = resolve(flags(), {}, {})
     assert plan.distributed_type.value == "NO" and plan.world_size == 1

@@ -168,6 +168,11 @@ def resolve(
         )
     if values["num_processes"].value is None:
         gpus = _visible_gpus(values["gpu_ids"].value)
+        if kind.value == "MULTI_GPU" and gpus == 0 and not values["cpu"].value:
+            raise AccelLaunchError(
+                f"distributed type MULTI_GPU ({kind.source}) found no GPU on this machine and no "
+                "--num_processes was given; pass --num_processes N, and --cpu to run on CPU"
+            )
         per_machine = gpus if kind.value == "MULTI_GPU" and gpus > 0 else 1
         values["num_processes"] = Value(per_machine * machines, "default")
     total = int(values["num_processes"].value)
