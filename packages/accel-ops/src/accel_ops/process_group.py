@@ -80,13 +80,15 @@ def place_process(
     if dist.is_available() and dist.is_initialized():
         num_processes = dist.get_world_size()
         rank = dist.get_rank()
-        device = choose_device(cpu, env.local_rank, num_processes)
+        # Without a launcher's LOCAL_RANK, assume one machine: the local rank is the rank.
+        local_rank = env.local_rank if "LOCAL_RANK" in os.environ else rank
+        device = choose_device(cpu, local_rank, num_processes)
         return ProcessPlacement(
             backend=str(dist.get_backend()),
             distributed_type=_distributed_type(device, num_processes),
             num_processes=num_processes,
             process_index=rank,
-            local_process_index=env.local_rank,
+            local_process_index=local_rank,
             device=device,
             created_group=False,
         )
