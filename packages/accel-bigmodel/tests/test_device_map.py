@@ -86,6 +86,7 @@ def test_strategies_on_gpu_indices():
         resolve_device_map(model, "fast", memory)
 
 
+@pytest.mark.slow  # the first test to import transformers
 def test_tied_parameters_share_a_device():
     with init_empty_weights():
         from transformers import GPT2LMHeadModel

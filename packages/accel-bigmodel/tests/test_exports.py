@@ -2,6 +2,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 import accel_bigmodel
 
 REQUIRED = [
@@ -65,6 +67,7 @@ def test_every_name_is_exported():
     assert all(hasattr(accel_bigmodel, n) for n in accel_bigmodel.__all__)
 
 
+@pytest.mark.slow
 def test_import_pulls_no_sibling_package_nor_heavy_extras():
     code = (
         "import json, sys, accel_bigmodel; "

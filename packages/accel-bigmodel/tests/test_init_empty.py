@@ -82,6 +82,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_skeleton_is_fast_and_does_not_import_dynamo():
     done = subprocess.run(
         [sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=120

@@ -7,6 +7,7 @@ file: no copy is made, and the memory is released as soon as the tensor is.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import struct
@@ -128,9 +129,16 @@ class SafetensorsFile:
 
 
 def _byte_view(tensor: torch.Tensor) -> memoryview:
-    """A writable byte view of a contiguous CPU tensor's memory (any dtype, bfloat16 included)."""
-    flat = tensor.reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy()).cast("B")
+    """A byte view of a contiguous CPU tensor's memory (any dtype), without numpy.
+
+    The caller keeps ``tensor`` alive while the view is used.
+    """
+    if not tensor.is_contiguous() or tensor.device.type != "cpu":
+        raise ValueError("_byte_view needs a contiguous CPU tensor")
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes == 0:
+        return memoryview(b"")
+    return memoryview((ctypes.c_char * nbytes).from_address(tensor.data_ptr())).cast("B")
 
 
 _CACHE: dict[str, tuple[float, SafetensorsFile]] = {}
