@@ -103,6 +103,14 @@ def test_data_structure_round_trip():
     assert made["x"].shape == (2, 3) and made["x"].dtype == torch.int32
     assert made["y"][0].shape == (4,)
 
+    @dataclasses.dataclass
+    class OtherInfo:  # e.g. accel-bigmodel's own TensorInformation
+        shape: torch.Size
+        dtype: torch.dtype
+
+    other = initialize_tensors([OtherInfo(torch.Size([3]), torch.float16)])
+    assert other[0].shape == (3,) and other[0].dtype == torch.float16
+
 
 def test_listify():
     data = {"a": torch.tensor([[1, 2]]), "b": torch.tensor(1.5, dtype=torch.bfloat16)}
