@@ -229,8 +229,15 @@ def _check_comm_hook_and_join(results: dict, rank: int, world: int) -> None:
     plain = tc.make_model()
     torch.nn.functional.mse_loss(plain(x[: world * b]), y[: world * b]).backward()
     differences = {}
-    for hook in (DDPCommunicationHookType.NO, DDPCommunicationHookType.FP16):
-        handler = DistributedDataParallelKwargs(comm_hook=hook)
+    options = {DDPCommunicationHookType.POWER_SGD: {"matrix_approximation_rank": 1}}
+    for hook in (
+        DDPCommunicationHookType.NO,
+        DDPCommunicationHookType.FP16,
+        DDPCommunicationHookType.POWER_SGD,
+    ):
+        handler = DistributedDataParallelKwargs(
+            comm_hook=hook, comm_state_option=options.get(hook, {})
+        )
         accelerator = Accelerator(kwargs_handlers=[handler])
         model = accelerator.prepare(tc.make_model())
         rows = slice(rank * b, (rank + 1) * b)
@@ -377,4 +384,6 @@ def test_comm_hooks_and_uneven_inputs(run):
         assert result["comm_hook"]["no"] < 1e-6
         # fp16 compression is real (not exact) but close
         assert 0 < result["comm_hook"]["fp16"] < 2e-2
+        # PowerSGD starts compressing after start_powerSGD_iter (1000) steps: exact until then
+        assert result["comm_hook"]["power_sgd"] < 1e-6
         assert result["join"] == rank + 2

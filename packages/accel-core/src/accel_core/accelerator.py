@@ -311,7 +311,7 @@ class Accelerator(ProcessMixin, PendingFeaturesMixin):
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """Backpropagate ``loss``: divided by the accumulation steps, scaled for fp16."""
         steps = self.gradient_state.num_steps
-        if steps > 1 and not getattr(self.strategy, "handles_accumulation", False):
+        if steps > 1 and not self.strategy.handles_accumulation:
             loss = loss / steps
         self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
 
@@ -464,8 +464,10 @@ class Accelerator(ProcessMixin, PendingFeaturesMixin):
         self.wait_for_everyone()
 
     def end_training(self) -> None:
-        """Finish the run: wait for every process (no trackers exist to close yet)."""
+        """Finish the run: wait for every process, then let the strategy release what it holds
+        (no trackers exist to close yet)."""
         self.wait_for_everyone()
+        self.strategy.teardown()
 
     def __repr__(self) -> str:
         return (

@@ -15,12 +15,12 @@ Call order, on every process, for one ``Accelerator``:
 4. ``wrap_optimizer(optimizer, device_placement=..., scaler=...)`` -- once per optimizer, after
    every model of the same ``prepare`` call was wrapped.
 5. Each training step: ``backward(loss, **kwargs)`` with the loss already divided by the
-   accumulation steps and scaled for fp16; then, when the user asks, ``clip_gradients_norm`` or
-   ``clip_gradients_value`` (gradients are unscaled first).
+   accumulation steps (unless ``handles_accumulation``) and scaled for fp16; then, when the
+   user asks, ``clip_gradients_norm`` or ``clip_gradients_value`` (gradients unscaled first).
 6. ``model_state_dict(model)`` on every process when saving (the strategy decides which ranks hold
    what; the caller writes only what the main process returns unless the strategy shards), and
    ``load_model_state_dict(model, state_dict)`` on every process when loading.
-7. ``teardown()`` -- when the Accelerator is freed.
+7. ``teardown()`` -- from ``Accelerator.end_training()``, after every process finished.
 
 Optional abilities are small runtime-checkable protocols, tested with ``isinstance``:
 :class:`SupportsNoSync` (skip gradient synchronisation while accumulating), :class:`SupportsJoin`
@@ -50,6 +50,9 @@ class Strategy(ABC):
     """
 
     name: ClassVar[str] = ""
+    #: True for engines that divide the loss by the accumulation steps themselves (DeepSpeed);
+    #: the Accelerator then passes the loss undivided to ``backward``.
+    handles_accumulation: ClassVar[bool] = False
     distributed_type: Any = None
 
     @abstractmethod
@@ -104,7 +107,7 @@ class Strategy(ABC):
         return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
 
     def teardown(self) -> None:  # noqa: B027 - optional hook, nothing to do by default
-        """Release what the strategy holds; called when the Accelerator is freed."""
+        """Release what the strategy holds; called by ``Accelerator.end_training()``."""
 
     def __repr__(self) -> str:
         return (
