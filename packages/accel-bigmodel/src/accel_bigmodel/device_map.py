@@ -99,7 +99,8 @@ def infer_auto_device_map(
     for the biggest layer, which is loaded there when it runs. ``"disk"`` is always the last
     resort. ``fallback_allocation`` lets a GPU that would otherwise stay empty take the first
     later module that fits it. Buffers are counted with their modules (``offload_buffers`` is
-    accepted for compatibility and does not change the map). Needs no GPU: pass ``max_memory={0: ..., 1: ..., "cpu": ...}``.
+    accepted for compatibility and does not change the map). Needs no GPU: pass
+    ``max_memory={0: ..., 1: ..., "cpu": ...}``.
 
     Returns a plain ``dict[str, int | str]``; with ``clean_result`` modules whose children all
     share a device are written as one key.
