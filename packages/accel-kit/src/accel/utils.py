@@ -28,6 +28,8 @@ _NAMES = {
     "copy_tensor_to_devices": "accel_ops",
     "CannotPadNestedTensorWarning": "accel_ops",
     "wait_for_everyone": "accel_ops",
+    "DistributedOperationException": "accel_ops",
+    "TensorInformation": "accel_ops",
     "DistributedType": "accel_ops",
     "ComputeEnvironment": "accel_ops",
     "PrecisionType": "accel_ops",
@@ -131,7 +133,6 @@ _NAMES = {
     "save_offload_index": "accel_bigmodel",
     "extract_submodules_state_dict": "accel_bigmodel",
     "CustomDtype": "accel_bigmodel",
-    "TensorInformation": "accel_bigmodel",
     "write_basic_config": "accel_launch",
     "is_port_in_use": "accel_launch",
 }
