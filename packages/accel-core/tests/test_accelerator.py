@@ -262,3 +262,16 @@ def test_no_deprecation_noise_by_default():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Accelerator()
+
+
+@pytest.mark.slow
+def test_dynamo_backend_compiles_prepared_models():
+    from accel_core import is_compiled_module
+
+    accelerator = Accelerator(dynamo_backend="eager")
+    plain = torch.nn.Linear(3, 2)
+    model = accelerator.prepare(plain)
+    assert is_compiled_module(model)
+    x = torch.randn(4, 3)
+    assert torch.equal(model(x), plain(x))
+    assert accelerator.unwrap_model(model, keep_torch_compile=False) is plain
