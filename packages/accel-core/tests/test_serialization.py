@@ -23,6 +23,9 @@ def test_torch_save_round_trip_and_atomic_replace(tmp_path):
     loaded = load(target)
     assert torch.equal(loaded["w"], torch.arange(3.0)) and loaded["step"] == 7
     assert sorted(os.listdir(tmp_path)) == ["obj.pt"]  # no temporary file left behind
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
 def test_failed_write_keeps_the_old_file(tmp_path):

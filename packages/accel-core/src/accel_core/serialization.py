@@ -48,6 +48,12 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, An
     }
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def _should_write(save_on_each_node: bool) -> bool:
     from accel_ops import PartialState
 
@@ -83,6 +89,7 @@ def save(
             save_file(clean_state_dict_for_safetensors(obj), temporary, metadata={"format": "pt"})
         else:
             torch.save(obj, temporary)
+        os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes 0600; match a plain open()
         os.replace(temporary, target)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
