@@ -43,9 +43,10 @@ def _from_index(index_file: Path) -> CheckpointFiles:
         ) from None
     folder = index_file.parent
     resolved = {key: folder / shard for key, shard in weight_map.items()}
+    exists = {path: path.is_file() for path in set(resolved.values())}
     missing: dict[Path, list[str]] = {}
     for key, path in resolved.items():
-        if not path.is_file():
+        if not exists[path]:
             missing.setdefault(path, []).append(key)
     if missing:
         details = "; ".join(

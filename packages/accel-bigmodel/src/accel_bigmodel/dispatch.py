@@ -62,8 +62,10 @@ def dispatch_model(
     devices = set(device_map.values())
     if len(devices) == 1 and not force_hooks and next(iter(devices)) != "disk":
         device = next(iter(devices))
-        if device != "meta":
-            model.to(_torch_device(device))
+        target = torch.device(_torch_device(device)) if device != "meta" else None
+        tensors = named_module_tensors(model, recurse=True)
+        if target is not None and any(t.device != target for _, t in tensors):
+            model.to(target)
         model.hf_device_map = dict(device_map)
         return model
 
