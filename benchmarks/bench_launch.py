@@ -7,13 +7,17 @@ Every launcher starts 2 CPU processes that create their process state and exit:
   launch_noop_hf.py`` (Accelerate's PartialState);
 - raw: ``torchrun --nproc_per_node 2 launch_noop_raw.py`` (init_process_group on gloo).
 A second accel row runs the raw script, so that launcher overhead alone is compared with torchrun.
+The commands are timed in turns (one run of each, repeated), so that a machine whose load drifts
+does not favour whichever command happens to run last.
 """
 
 from __future__ import annotations
 
+import statistics
+import time
 from pathlib import Path
 
-from harness import HERE, Context, Row, time_command
+from harness import HERE, Context, Row, run_command
 
 TITLE = "Launcher: start 2 CPU processes that create their process state (wall seconds)"
 WORKLOADS = HERE / "workloads"
@@ -23,30 +27,39 @@ def _bin(python: str, name: str) -> str:
     return str(Path(python).parent / name)
 
 
+def _interleaved(
+    commands: dict[str, tuple[list[str], dict[str, str] | None]], repeats: int
+) -> dict:
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(repeats):
+        for name, (command, env) in commands.items():
+            start = time.perf_counter()
+            run_command(command, env)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
 def run(ctx: Context) -> list[Row]:
     repeats = 2 if ctx.quick else 5
     noop = str(WORKLOADS / "launch_noop.py")
     noop_raw = str(WORKLOADS / "launch_noop_raw.py")
     accel = [_bin(ctx.python, "accel"), "launch", "--quiet", "--num_processes", "2"]
     torchrun = [_bin(ctx.python, "torchrun"), "--nproc_per_node", "2", noop_raw]
-    raw = time_command(torchrun, repeats)
-    ours = time_command([*accel, noop], repeats)
-    ours_raw_script = time_command([*accel, noop_raw], repeats)
-    hf = None
-    hf_help = None
+    commands = {
+        "raw": (torchrun, None),
+        "ours": ([*accel, noop], None),
+        "ours_raw_script": ([*accel, noop_raw], None),
+        "help": ([_bin(ctx.python, "accel"), "--help"], None),
+    }
     if ctx.hf_python:
         accelerate = _bin(ctx.hf_python, "accelerate")
-        hf_cmd = [
-            accelerate,
-            "launch",
-            "--multi_gpu",
-            "--num_processes",
-            "2",
-            str(WORKLOADS / "launch_noop_hf.py"),
-        ]
-        hf = time_command(hf_cmd, repeats, env={"ACCELERATE_USE_CPU": "1"})
-        hf_help = time_command([accelerate, "--help"], repeats)
-    help_time = time_command([_bin(ctx.python, "accel"), "--help"], repeats)
+        hf_script = str(WORKLOADS / "launch_noop_hf.py")
+        hf_cmd = [accelerate, "launch", "--multi_gpu", "--num_processes", "2", hf_script]
+        commands["hf"] = (hf_cmd, {"ACCELERATE_USE_CPU": "1"})
+        commands["hf_help"] = ([accelerate, "--help"], None)
+    times = _interleaved(commands, repeats)
+    raw, ours, ours_raw_script = times["raw"], times["ours"], times["ours_raw_script"]
+    hf, hf_help, help_time = times.get("hf"), times.get("hf_help"), times["help"]
     return [
         Row(
             "launch 2 processes, no-op job (PartialState)",
