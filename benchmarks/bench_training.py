@@ -21,12 +21,16 @@ from harness import HERE, Context, Row, json_result
 
 TITLE = "Training throughput, 2 CPU processes, gloo (steps per second, higher is better)"
 WORKLOAD = str(HERE / "workloads" / "training_loop.py")
+HF_ENV = {"ACCELERATE_USE_CPU": "1"}
 MODELS = {"mlp": "MLP 256-1024-1024-10", "transformer": "BERT 2x128 classifier"}
 
 
-def _measure(python: str, model: str, impls: str, rounds: int, steps: int) -> dict:
+def _measure(
+    python: str, model: str, impls: str, rounds: int, steps: int, env: dict | None = None
+) -> dict:
     torchrun = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    return json_result([*torchrun, WORKLOAD, model, impls, str(rounds), str(steps)], timeout=1200)
+    command = [*torchrun, WORKLOAD, model, impls, str(rounds), str(steps)]
+    return json_result(command, env=env, timeout=1200)
 
 
 def run(ctx: Context) -> list[Row]:
@@ -35,7 +39,9 @@ def run(ctx: Context) -> list[Row]:
     for model, label in MODELS.items():
         ours = _measure(ctx.python, model, "accel,raw", rounds, steps)
         theirs = (
-            _measure(ctx.hf_python, model, "accelerate,raw", rounds, steps)
+            # Without it Accelerate treats CPU processes as independent (DistributedType.NO, no
+            # DDP); `accelerate launch` sets it on machines without a GPU.
+            _measure(ctx.hf_python, model, "accelerate,raw", rounds, steps, HF_ENV)
             if ctx.hf_python
             else None
         )

@@ -93,6 +93,12 @@ def library_step(accelerator_class: type, kind: str) -> Callable[[], None]:
     model, optimizer, loader, scheduler = accelerator.prepare(
         model, optimizer, DataLoader(data, batch_size=batch), scheduler
     )
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        raise SystemExit(
+            f"{accelerator_class.__module__} did not wrap the model in DDP ({type(model).__name__},"
+            f" {accelerator.distributed_type}): the comparison would not be fair. For Accelerate "
+            "on CPU set ACCELERATE_USE_CPU=1."
+        )
     batches = forever(loader)
 
     def step() -> None:
