@@ -32,6 +32,9 @@ def test_every_variable_is_parsed():
             "ACCEL_STRATEGY": "fsdp",
             "ACCEL_STRATEGY_CONFIG": '{"sharding": "FULL_SHARD", "offload": {"params": true}}',
             "ACCEL_DYNAMO_BACKEND": "INDUCTOR",
+            "ACCEL_DYNAMO_MODE": "max-autotune",
+            "ACCEL_DYNAMO_USE_FULLGRAPH": "true",
+            "ACCEL_DYNAMO_USE_DYNAMIC": "0",
             "ACCEL_GRADIENT_ACCUMULATION_STEPS": "4",
             "ACCEL_PROCESS_GROUP_TIMEOUT": "12.5",
             "ACCEL_NUM_MACHINES": "2",
@@ -42,6 +45,8 @@ def test_every_variable_is_parsed():
     assert env.group_rank == 1 and env.master_addr == "node0" and env.master_port == 29555
     assert env.use_cpu is True and env.debug is True
     assert env.mixed_precision == "bf16" and env.dynamo_backend == "inductor"
+    assert env.dynamo_mode == "max-autotune"
+    assert env.dynamo_use_fullgraph is True and env.dynamo_use_dynamic is False
     assert env.strategy == "fsdp"
     assert env.strategy_config["offload"] == {"params": True}
     assert env.gradient_accumulation_steps == 4
@@ -75,6 +80,8 @@ def test_is_frozen():
         ("ACCEL_DEBUG_MODE", "2", "a boolean"),
         ("ACCEL_MIXED_PRECISION", "fp32", "one of no, fp16, bf16"),
         ("ACCEL_DYNAMO_BACKEND", "fast", "torch.compile backend"),
+        ("ACCEL_DYNAMO_MODE", "fastest", "torch.compile mode"),
+        ("ACCEL_DYNAMO_USE_FULLGRAPH", "sure", "a boolean"),
         ("ACCEL_STRATEGY_CONFIG", "[1, 2]", "a JSON object, got a JSON list"),
         ("ACCEL_STRATEGY_CONFIG", "{oops", "a JSON object (parse error"),
         ("ACCEL_GRADIENT_ACCUMULATION_STEPS", "0", "an integer >= 1"),

@@ -48,6 +48,9 @@ class LaunchEnvironment:
         default_factory=lambda: MappingProxyType({}), hash=False
     )
     dynamo_backend: str = "no"
+    dynamo_mode: str = "default"
+    dynamo_use_fullgraph: bool = False
+    dynamo_use_dynamic: bool = False
     gradient_accumulation_steps: int = 1
     process_group_timeout: float = DEFAULT_PROCESS_GROUP_TIMEOUT
     num_machines: int = 1
@@ -95,6 +98,9 @@ class LaunchEnvironment:
             strategy=_read(env, "ACCEL_STRATEGY", _optional_name, None),
             strategy_config=_read(env, "ACCEL_STRATEGY_CONFIG", _json_object, MappingProxyType({})),
             dynamo_backend=backend,
+            dynamo_mode=_read(env, "ACCEL_DYNAMO_MODE", _dynamo_mode, "default"),
+            dynamo_use_fullgraph=_read(env, "ACCEL_DYNAMO_USE_FULLGRAPH", parse_bool, False),
+            dynamo_use_dynamic=_read(env, "ACCEL_DYNAMO_USE_DYNAMIC", parse_bool, False),
             gradient_accumulation_steps=_read(
                 env, "ACCEL_GRADIENT_ACCUMULATION_STEPS", _int_at_least(1), 1
             ),
@@ -184,6 +190,16 @@ def _dynamo_backend(text: str) -> str:
     choices = [member.value.lower() for member in DynamoBackend]
     if value not in choices:
         raise ValueError(f"a torch.compile backend name, one of {', '.join(choices)}")
+    return value
+
+
+DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _dynamo_mode(text: str) -> str:
+    value = text.strip().lower()
+    if value not in DYNAMO_MODES:
+        raise ValueError(f"a torch.compile mode, one of {', '.join(DYNAMO_MODES)}")
     return value
 
 
