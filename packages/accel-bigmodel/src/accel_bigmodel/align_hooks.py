@@ -115,6 +115,13 @@ class AlignDevicesHook(ModelHook):
         assert self.weights_map is not None  # set by init_hook whenever offload is True
         return {name: self.weights_map[name] for name in self.offloaded_names}
 
+    def advise_weights(self) -> None:
+        """Hint the weights map to start reading this module's offloaded tensors from disk."""
+        advise = getattr(self.weights_map, "advise", None)
+        if advise is not None:
+            for name in self.offloaded_names:
+                advise(name)
+
     def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
         if self.io_same_device:
             self.input_device = find_device([args, kwargs])

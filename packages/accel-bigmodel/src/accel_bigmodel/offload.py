@@ -123,6 +123,12 @@ class PrefixedDataset(Mapping):
     def __getitem__(self, key: str) -> Any:
         return self.dataset[f"{self.prefix}{key}"]
 
+    def advise(self, key: str) -> None:
+        """Forward a read-ahead hint to the underlying mapping, if it takes them."""
+        advise = getattr(self.dataset, "advise", None)
+        if advise is not None:
+            advise(f"{self.prefix}{key}")
+
     def __iter__(self) -> Iterator[str]:
         return iter([k for k in self.dataset if k.startswith(self.prefix)])
 
@@ -162,6 +168,31 @@ class OffloadedWeightsLoader(Mapping):
             raise KeyError(key)
         tensor = read_index_entry(self.save_folder, key, self.index[key])
         return tensor if self.device is None else tensor.to(self.device)
+
+    def advise(self, key: str) -> None:
+        """Ask the kernel to start reading ``key``'s bytes from disk now (``POSIX_FADV_WILLNEED``),
+        so a later access does not wait for the disk. Does nothing for in-memory tensors."""
+        info = self.index.get(key)
+        if key in self.state_dict or info is None or not hasattr(os, "posix_fadvise"):
+            return
+        if info.get("safetensors_file") is not None:
+            path = info["safetensors_file"]
+            entry = open_safetensors(path).entries.get(info.get("weight_name", key))
+            if entry is None:
+                return
+            start, length = entry.start, entry.end - entry.start
+        elif self.save_folder is not None:
+            path, start, length = str(Path(self.save_folder) / f"{key}.dat"), 0, 0
+        else:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError:
+            return  # the read itself will report the problem
+        try:
+            os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
+        finally:
+            os.close(fd)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.all_keys)

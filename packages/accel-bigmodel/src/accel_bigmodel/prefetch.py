@@ -61,9 +61,15 @@ class Prefetcher:
             following = self.hooks[(position + 1) % len(self.hooks)]
         if following is hook:
             return
-        future = self._executor.submit(_load, following)
+        future = self._executor.submit(_load, following, self._expected_after(following))
         with self._lock:
             self._pending = (following, future)
+
+    def _expected_after(self, hook: AlignDevicesHook) -> AlignDevicesHook | None:
+        following = self._successor.get(id(hook))
+        if following is None and id(hook) in self._position:
+            following = self.hooks[(self._position[id(hook)] + 1) % len(self.hooks)]
+        return following
 
     def close(self) -> None:
         """Stop the background thread (pending reads are dropped)."""
@@ -72,7 +78,10 @@ class Prefetcher:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
 
-def _load(hook: AlignDevicesHook) -> dict[str, torch.Tensor]:
+def _load(hook: AlignDevicesHook, then: AlignDevicesHook | None) -> dict[str, torch.Tensor]:
+    hook.advise_weights()  # start every read of the module at once, then wait for them in order
+    if then is not None:
+        then.advise_weights()  # and keep the disk busy with the module after it (no memory held)
     values = hook.load_weights()
     for value in values.values():  # fault memory-mapped pages in now, off the compute thread
         if value.device.type == "cpu" and value.numel() > 0 and value.is_contiguous():
