@@ -47,10 +47,16 @@ def test_launch_environment_supplies_values_not_given(monkeypatch):
     monkeypatch.setenv("ACCEL_MIXED_PRECISION", "bf16")
     monkeypatch.setenv("ACCEL_GRADIENT_ACCUMULATION_STEPS", "4")
     monkeypatch.setenv("ACCEL_DYNAMO_BACKEND", "eager")
+    monkeypatch.setenv("ACCEL_DYNAMO_MODE", "reduce-overhead")
+    monkeypatch.setenv("ACCEL_DYNAMO_USE_FULLGRAPH", "1")
     accelerator = Accelerator()
     assert accelerator.mixed_precision == "bf16"
     assert accelerator.gradient_accumulation_steps == 4
-    assert accelerator.state.dynamo_plugin.backend == "eager"
+    assert accelerator.state.dynamo_plugin.to_kwargs() == {
+        "backend": "eager",
+        "mode": "reduce-overhead",
+        "fullgraph": True,
+    }
 
 
 def test_arguments_win_over_the_launch_environment(monkeypatch):

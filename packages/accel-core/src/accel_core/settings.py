@@ -56,8 +56,15 @@ def dataloader_config(
 
 
 def dynamo_plugin(backend: Any, plugin: TorchDynamoPlugin | None, environment: Any) -> Any:
-    """The torch.compile settings: the plugin, else ``backend``, else ``ACCEL_DYNAMO_BACKEND``."""
+    """The torch.compile settings: the plugin, else ``backend``, else the launch environment
+    (``ACCEL_DYNAMO_BACKEND``, ``_MODE``, ``_USE_FULLGRAPH`` and ``_USE_DYNAMIC``)."""
     if plugin is not None:
         return plugin
-    chosen = backend if backend is not None else environment.dynamo_backend
-    return TorchDynamoPlugin(backend=str(getattr(chosen, "value", chosen) or "no").lower())
+    if backend is not None:
+        return TorchDynamoPlugin(backend=str(getattr(backend, "value", backend) or "no").lower())
+    return TorchDynamoPlugin(
+        backend=environment.dynamo_backend,
+        mode=None if environment.dynamo_mode == "default" else environment.dynamo_mode,
+        fullgraph=environment.dynamo_use_fullgraph,
+        dynamic=environment.dynamo_use_dynamic or None,
+    )
