@@ -3,9 +3,11 @@
 A ``Prefetcher`` is shared by the offloading hooks of one dispatched model. When hook H runs, it
 first takes the weights prefetched for it (or reads them itself), then asks for the weights of
 the module expected next: the one that ran after H last time, or, before that is known, the next
-offloaded module in definition order. One read is in flight at a time, so at most one extra
-module's weights are in memory. The same bytes are read either way, so outputs are bit-identical
-with and without prefetching.
+offloaded module in definition order. The background task asks the kernel to start reading that
+module and the one after it from disk (``posix_fadvise(WILLNEED)``, no memory of ours held),
+faults in the pages of the memory-mapped tensors of the first, and on a GPU copies them there on
+a side stream. One task is in flight at a time, so at most one extra module's weights are held.
+The same bytes are read either way, so outputs are bit-identical with and without prefetching.
 """
 
 from __future__ import annotations
