@@ -9,6 +9,7 @@ any check failed.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import traceback
 from collections.abc import Callable
@@ -163,8 +164,7 @@ def main() -> int:
     if "accel_core" not in missing:
         checks += _core_checks(torch)
     results += [_run(name, check) for name, check in checks]
-    everyone: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(everyone, results)
+    everyone = _all_gather_json(dist, torch, results)
     failed = any(status == "FAIL" for per_rank in everyone for _, status, _ in per_rank)
     if dist.get_rank() == 0:
         for index, (name, status, detail) in enumerate(results):
@@ -179,6 +179,27 @@ def main() -> int:
         print(f"accel test: {verdict} on {count} process{'es' if count > 1 else ''}.", flush=True)
     dist.destroy_process_group()
     return 1 if failed else 0
+
+
+def _all_gather_json(dist: Any, torch: Any, value: Any) -> list[Any]:
+    """Every rank's ``value`` (JSON-serialisable), exchanged as byte tensors.
+
+    torch's own object collectives pickle through numpy, which a CPU-only torch install may lack;
+    the self-check must work wherever torch.distributed does.
+    """
+    payload = torch.tensor(list(json.dumps(value).encode()), dtype=torch.uint8)
+    world = dist.get_world_size()
+    size = torch.tensor([payload.numel()], dtype=torch.int64)
+    sizes = [torch.zeros_like(size) for _ in range(world)]
+    dist.all_gather(sizes, size)
+    padded = torch.zeros(int(max(sizes)), dtype=torch.uint8)
+    padded[: payload.numel()] = payload
+    chunks = [torch.zeros_like(padded) for _ in range(world)]
+    dist.all_gather(chunks, padded)
+    return [
+        json.loads(bytes(chunk[: int(n)].tolist()).decode())
+        for chunk, n in zip(chunks, sizes, strict=True)
+    ]
 
 
 if __name__ == "__main__":
