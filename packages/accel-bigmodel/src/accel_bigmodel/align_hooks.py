@@ -288,50 +288,39 @@ def attach_align_device_hook_on_blocks(
     if not isinstance(offload, Mapping):
         offload = dict.fromkeys(execution_device, offload)
     is_top = module_name == ""
-    if module_name in execution_device and module_name in offload and not offload[module_name]:
-        add_hook_to_module(
-            module,
-            AlignDevicesHook(
-                execution_device[module_name],
-                offload_buffers=offload_buffers,
-                io_same_device=is_top,
-                place_submodules=True,
-                skip_keys=skip_keys,
-                tied_params_map=tied_params_map,
-            ),
-        )
-        attach_execution_device_hook(
-            module,
-            execution_device[module_name],
-            skip_keys,
-            preload_module_classes,
-            tied_params_map,
-        )
-    elif module_name in execution_device and module_name in offload:
-        attach_align_device_hook(
-            module,
-            execution_device[module_name],
-            True,
-            weights_map,
-            offload_buffers,
-            module_name,
-            skip_keys,
-            preload_module_classes,
-            tied_params_map,
-        )
-        if not hasattr(module, "_hf_hook"):
+    if module_name in execution_device and module_name in offload:
+        block_device = execution_device[module_name]
+        if not offload[module_name]:
             add_hook_to_module(
                 module,
                 AlignDevicesHook(
-                    execution_device[module_name], io_same_device=is_top, skip_keys=skip_keys
+                    block_device,
+                    offload_buffers=offload_buffers,
+                    io_same_device=is_top,
+                    place_submodules=True,
+                    skip_keys=skip_keys,
+                    tied_params_map=tied_params_map,
                 ),
             )
+        else:
+            attach_align_device_hook(
+                module,
+                block_device,
+                True,
+                weights_map,
+                offload_buffers,
+                module_name,
+                skip_keys,
+                preload_module_classes,
+                tied_params_map,
+            )
+            if not hasattr(module, "_hf_hook"):
+                add_hook_to_module(
+                    module,
+                    AlignDevicesHook(block_device, io_same_device=is_top, skip_keys=skip_keys),
+                )
         attach_execution_device_hook(
-            module,
-            execution_device[module_name],
-            skip_keys,
-            preload_module_classes,
-            tied_params_map,
+            module, block_device, skip_keys, preload_module_classes, tied_params_map
         )
     elif is_top:
         add_hook_to_module(
