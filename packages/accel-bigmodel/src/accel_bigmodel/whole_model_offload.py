@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,34 @@ def default_execution_device() -> torch.device:
     return torch.device("cpu")
 
 
+def execution_device_or_default(execution_device: DeviceLike | None) -> DeviceLike:
+    """``execution_device``, or :func:`default_execution_device` when it is None."""
+    return execution_device if execution_device is not None else default_execution_device()
+
+
+def _offload_with_hooks(
+    model: nn.Module,
+    execution_device: DeviceLike | None,
+    weights_map: Mapping[str, torch.Tensor],
+    offload_buffers: bool,
+    preload_module_classes: list[str] | None,
+) -> nn.Module:
+    """Hook ``model`` so each module reads its weights from ``weights_map`` just before it runs on
+    ``execution_device`` (default: :func:`default_execution_device`); the output comes back on
+    the input's device."""
+    execution_device = execution_device_or_default(execution_device)
+    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
+    attach_align_device_hook(
+        model,
+        execution_device=execution_device,
+        offload=True,
+        offload_buffers=offload_buffers,
+        weights_map=weights_map,
+        preload_module_classes=preload_module_classes,
+    )
+    return model
+
+
 def cpu_offload(
     model: nn.Module,
     execution_device: DeviceLike | None = None,
@@ -39,21 +68,11 @@ def cpu_offload(
     ``state_dict`` defaults to the model's weights copied to the CPU. The output comes back on the
     input's device.
     """
-    execution_device = (
-        execution_device if execution_device is not None else default_execution_device()
-    )
     if state_dict is None:
         state_dict = {n: t.detach().to("cpu") for n, t in model.state_dict().items()}
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(
-        model,
-        execution_device=execution_device,
-        offload=True,
-        offload_buffers=offload_buffers,
-        weights_map=state_dict,
-        preload_module_classes=preload_module_classes,
+    return _offload_with_hooks(
+        model, execution_device, state_dict, offload_buffers, preload_module_classes
     )
-    return model
 
 
 def disk_offload(
@@ -70,19 +89,10 @@ def disk_offload(
     check_writable(offload_dir)
     if not (Path(offload_dir) / INDEX_NAME).exists():
         offload_state_dict(offload_dir, model.state_dict())
-    execution_device = (
-        execution_device if execution_device is not None else default_execution_device()
+    weights_map = OffloadedWeightsLoader(save_folder=offload_dir)
+    return _offload_with_hooks(
+        model, execution_device, weights_map, offload_buffers, preload_module_classes
     )
-    add_hook_to_module(model, AlignDevicesHook(io_same_device=True), append=True)
-    attach_align_device_hook(
-        model,
-        execution_device=execution_device,
-        offload=True,
-        offload_buffers=offload_buffers,
-        weights_map=OffloadedWeightsLoader(save_folder=offload_dir),
-        preload_module_classes=preload_module_classes,
-    )
-    return model
 
 
 class UserCpuOffloadHook:
@@ -115,9 +125,7 @@ class CpuOffload(ModelHook):
         prev_module_hook: UserCpuOffloadHook | None = None,
     ) -> None:
         self.prev_module_hook = prev_module_hook
-        self.execution_device = (
-            execution_device if execution_device is not None else default_execution_device()
-        )
+        self.execution_device = execution_device_or_default(execution_device)
 
     def init_hook(self, module: nn.Module) -> nn.Module:
         return module.to("cpu")
