@@ -3,6 +3,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 import accel_bigmodel
 
@@ -68,12 +69,20 @@ def test_every_name_is_exported():
 
 
 @pytest.mark.slow
-def test_import_pulls_no_sibling_package_nor_heavy_extras():
+def test_import_pulls_no_sibling_package_but_accel_ops_nor_heavy_extras():
     code = (
         "import json, sys, accel_bigmodel; "
         "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
-        "('accel_core', 'accel_launch', 'accel_ops', 'accel', 'transformers'))))"
+        "('accel_core', 'accel_launch', 'accel', 'transformers'))))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+def test_tensor_information_is_accel_ops_class():
+    import accel_ops
+
+    assert accel_bigmodel.TensorInformation is accel_ops.TensorInformation
+    info = accel_bigmodel.TensorInformation(shape=torch.Size([2, 3]), dtype=torch.float16)
+    assert (info.shape, info.dtype) == (torch.Size([2, 3]), torch.float16)

@@ -3,6 +3,7 @@ offload, checkpoint dispatch.
 
 Every public name is importable from here; the meta-package ``accel`` re-exports them under
 Hugging Face Accelerate's module names (``accel.hooks``, ``accel.utils``, ``accel.big_modeling``).
+``TensorInformation`` is accel-ops' own class, re-exported here for compatibility.
 """
 
 from accel_bigmodel.align_hooks import (
@@ -16,7 +17,6 @@ from accel_bigmodel.device_map import check_device_map, clean_device_map, infer_
 from accel_bigmodel.dispatch import dispatch_model
 from accel_bigmodel.dtypes import (
     CustomDtype,
-    TensorInformation,
     convert_file_size_to_int,
     dtype_byte_size,
 )
@@ -71,6 +71,7 @@ from accel_bigmodel.whole_model_offload import (
     cpu_offload_with_hook,
     disk_offload,
 )
+from accel_ops import TensorInformation
 
 __version__ = "0.1.0"
 

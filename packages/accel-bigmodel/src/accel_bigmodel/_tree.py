@@ -43,20 +43,3 @@ def send_to_device(
         except TypeError:
             return data.to(device)
     return data
-
-
-def find_device(data: Any) -> torch.device | None:
-    """The device of the first tensor found in ``data`` (depth first), or None."""
-    if isinstance(data, torch.Tensor):
-        return data.device
-    if isinstance(data, Mapping):
-        values = data.values()
-    elif isinstance(data, (list, tuple)):
-        values = data
-    else:
-        return None
-    for value in values:
-        device = find_device(value)
-        if device is not None:
-            return device
-    return None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 
 import torch
 
@@ -15,14 +14,6 @@ class CustomDtype(enum.Enum):
     FP8 = "fp8"
     INT4 = "int4"
     INT2 = "int2"
-
-
-@dataclass
-class TensorInformation:
-    """The shape and dtype of a tensor, without its data."""
-
-    shape: torch.Size
-    dtype: torch.dtype
 
 
 _CUSTOM_SIZES = {CustomDtype.FP8: 1.0, CustomDtype.INT4: 0.5, CustomDtype.INT2: 0.25}
