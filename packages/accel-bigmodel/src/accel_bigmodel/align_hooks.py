@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from accel_bigmodel._tree import send_to_device
 from accel_bigmodel.hooks import ModelHook, add_hook_to_module
 from accel_bigmodel.offload import PrefixedDataset
 from accel_bigmodel.sizes import named_module_tensors
 from accel_bigmodel.tensors import set_module_tensor_to_device
-from accel_ops import find_device
+from accel_ops import find_device, send_to_device
 
 if TYPE_CHECKING:
     from accel_bigmodel.prefetch import Prefetcher

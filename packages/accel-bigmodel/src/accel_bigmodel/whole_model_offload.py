@@ -10,11 +10,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel_bigmodel._tree import send_to_device
 from accel_bigmodel.align_hooks import AlignDevicesHook, attach_align_device_hook
 from accel_bigmodel.hooks import ModelHook, add_hook_to_module, remove_hook_from_module
 from accel_bigmodel.offload import INDEX_NAME, OffloadedWeightsLoader, offload_state_dict
 from accel_bigmodel.storage import check_writable
+from accel_ops import send_to_device
 
 DeviceLike = int | str | torch.device
 
