@@ -15,8 +15,8 @@ import tempfile
 
 EXPECTED = {
     "inference": {
-        "present": ["torch", "accel_bigmodel"],
-        "absent": ["accel_ops", "accel_core", "accel_launch", "accel_backends", "accel"],
+        "present": ["torch", "accel_ops", "accel_bigmodel"],
+        "absent": ["accel_core", "accel_launch", "accel_backends", "accel"],
     },
     "launcher": {
         "present": ["accel_launch", "yaml"],

@@ -183,13 +183,6 @@ def get_shape(data: Any) -> Any:
     return recursively_apply(lambda t: list(t.shape), data)
 
 
-def _describes_tensor(leaf: object) -> bool:
-    # Any shape-and-dtype record counts (accel-bigmodel has its own TensorInformation).
-    return is_tensor_information(leaf) or (
-        hasattr(leaf, "shape") and hasattr(leaf, "dtype") and not isinstance(leaf, torch.Tensor)
-    )
-
-
 def initialize_tensors(data_structure: Any) -> Any:
     """Empty tensors in the structure described by :func:`get_data_structure`'s output.
 
@@ -198,7 +191,7 @@ def initialize_tensors(data_structure: Any) -> Any:
     return recursively_apply(
         lambda info: torch.empty(info.shape, dtype=info.dtype),
         data_structure,
-        test_type=_describes_tensor,
+        test_type=is_tensor_information,
     )
 
 
