@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
-from accel_core.data_loader.samplers import get_sampler
+from accel_core.data_loader.samplers import get_sampler, sampler_length
 from accel_core.data_loader.shard_loader import STATEFUL_UNSUPPORTED
 from accel_core.gradient_state import GradientState
 
@@ -261,13 +261,8 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         return len(self.dataset)  # type: ignore[arg-type]
 
     def _samples_per_epoch(self) -> int:
-        sampler = get_sampler(self)
-        if sampler is not None:
-            try:
-                return len(sampler)  # type: ignore[arg-type]
-            except TypeError:
-                pass
-        return self.total_dataset_length
+        length = sampler_length(self)
+        return self.total_dataset_length if length is None else length
 
     def get_sampler(self) -> Sampler | None:
         """The index sampler of the loader read on the main process."""

@@ -56,3 +56,14 @@ def get_sampler(dataloader: DataLoader) -> Sampler | None:
     if isinstance(dataloader.sampler, BatchSampler):
         return getattr(dataloader.sampler, "sampler", None)
     return getattr(dataloader.batch_sampler, "sampler", None)
+
+
+def sampler_length(dataloader: DataLoader) -> int | None:
+    """The length of the index sampler of ``dataloader``; None without one or without a length."""
+    sampler = get_sampler(dataloader)
+    if sampler is None:
+        return None
+    try:
+        return len(sampler)  # type: ignore[arg-type]
+    except TypeError:
+        return None

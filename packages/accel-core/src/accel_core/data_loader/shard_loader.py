@@ -10,7 +10,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.iterable_shard import IterableDatasetShard
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
-from accel_core.data_loader.samplers import get_sampler
+from accel_core.data_loader.samplers import get_sampler, sampler_length
 from accel_core.gradient_state import GradientState
 
 STATEFUL_UNSUPPORTED = (
@@ -159,13 +159,10 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
         return len(self.dataset)  # type: ignore[arg-type]
 
     def _samples_per_epoch(self) -> int:
-        sampler = get_sampler(self)
-        if sampler is not None and not isinstance(self.dataset, IterableDatasetShard):
-            try:
-                return len(sampler)  # type: ignore[arg-type]
-            except TypeError:
-                pass
-        return self.total_dataset_length
+        if isinstance(self.dataset, IterableDatasetShard):
+            return self.total_dataset_length
+        length = sampler_length(self)
+        return self.total_dataset_length if length is None else length
 
     def get_sampler(self) -> Sampler | None:
         """The index sampler feeding the (sharded) batch sampler."""

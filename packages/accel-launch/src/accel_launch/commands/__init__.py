@@ -1,1 +1,12 @@
 """One module per ``accel`` command: ``add_parser(subparsers)`` and ``run(args) -> int``."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_config_file_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
+    """Add ``--config_file`` (also ``--config-file``) to ``parser``; unset, it parses to None."""
+    parser.add_argument(
+        "--config_file", "--config-file", dest="config_file", default=None, help=help_text
+    )

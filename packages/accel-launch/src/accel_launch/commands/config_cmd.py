@@ -5,21 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accel_launch.commands import add_config_file_argument
+
 DESCRIPTION = (
     "Write the config file `accel launch` reads. Without a subcommand, asks questions with "
     "arrow-key menus. The file goes to --config_file, else ACCEL_CONFIG_FILE, else "
     "$XDG_CONFIG_HOME/accel/default_config.yaml (~/.config/accel/default_config.yaml)."
 )
-
-
-def _config_file_arg(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--config_file",
-        "--config-file",
-        dest="config_file",
-        default=None,
-        help="Path of the config file (default: see `accel config --help`).",
-    )
+_CONFIG_FILE_HELP = "Path of the config file (default: see `accel config --help`)."
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
@@ -27,7 +20,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser = commands.add_parser(
         "config", help="Create or show the config file.", description=DESCRIPTION
     )
-    _config_file_arg(parser)
+    add_config_file_argument(parser, _CONFIG_FILE_HELP)
     parser.set_defaults(run=run_questionnaire)
     sub = parser.add_subparsers(dest="config_command", metavar="<subcommand>")
     default = sub.add_parser(
@@ -36,7 +29,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         description="Write a config for this machine without questions: "
         "every visible GPU (one process each), or one CPU process.",
     )
-    _config_file_arg(default)
+    add_config_file_argument(default, _CONFIG_FILE_HELP)
     default.add_argument(
         "--mixed_precision",
         "--mixed-precision",
@@ -50,14 +43,14 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         help="Bring an older config file up to date.",
         description="Rewrite a config file with today's keys and defaults, keeping its values.",
     )
-    _config_file_arg(update)
+    add_config_file_argument(update, _CONFIG_FILE_HELP)
     update.set_defaults(run=run_update)
     show = sub.add_parser(
         "show",
         help="Print the config file.",
         description="Print the config file after checking it.",
     )
-    _config_file_arg(show)
+    add_config_file_argument(show, _CONFIG_FILE_HELP)
     show.set_defaults(run=run_show)
     return parser
 

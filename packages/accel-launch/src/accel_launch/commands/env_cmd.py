@@ -6,6 +6,8 @@ import argparse
 import sys
 from typing import Any
 
+from accel_launch.commands import add_config_file_argument
+
 PACKAGES = (
     "accel-launch",
     "accel-ops",
@@ -32,13 +34,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         description="Print versions (python, torch, accel packages), platform, CPU/GPU/RAM and "
         "the config file, as one block to paste into a bug report.",
     )
-    parser.add_argument(
-        "--config_file",
-        "--config-file",
-        dest="config_file",
-        default=None,
-        help="Config file to show (default: the default location).",
-    )
+    add_config_file_argument(parser, "Config file to show (default: the default location).")
     parser.set_defaults(run=run)
     return parser
 

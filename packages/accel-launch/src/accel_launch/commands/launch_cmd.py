@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any
 
+from accel_launch.commands import add_config_file_argument
 from accel_launch.launch.options import add_options
 
 DESCRIPTION = (
@@ -18,12 +19,9 @@ DESCRIPTION = (
 
 def add_common(parser: argparse.ArgumentParser) -> None:
     """Options ``accel launch`` shares with ``accel test``: config file, quiet, dry run."""
-    parser.add_argument(
-        "--config_file",
-        "--config-file",
-        dest="config_file",
-        default=None,
-        help="Config file to read (default: ACCEL_CONFIG_FILE, else "
+    add_config_file_argument(
+        parser,
+        "Config file to read (default: ACCEL_CONFIG_FILE, else "
         "$XDG_CONFIG_HOME/accel/default_config.yaml if it exists).",
     )
     parser.add_argument(

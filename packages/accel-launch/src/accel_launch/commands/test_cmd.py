@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accel_launch.commands import add_config_file_argument
+
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel test``."""
@@ -15,13 +17,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "process group, each collective, and a few training steps when accel-core is installed. "
         "Prints one line per check.",
     )
-    parser.add_argument(
-        "--config_file",
-        "--config-file",
-        dest="config_file",
-        default=None,
-        help="Config file to test (default: the default location).",
-    )
+    add_config_file_argument(parser, "Config file to test (default: the default location).")
     parser.add_argument(
         "--num_processes",
         "--num-processes",

@@ -40,6 +40,12 @@ GROUPS = {
     "output": "Output and logs",
 }
 
+
+def _section_option(group: str, name: str, help: str, kind: str = "str", **fields: Any) -> Option:
+    """An option of group ``group`` read from the same key in the ``<group>_config`` section."""
+    return Option(name, group, help, kind, config_key=(f"{group}_config", name), **fields)
+
+
 _O = Option
 OPTIONS: tuple[Option, ...] = (
     _O(
@@ -212,177 +218,99 @@ OPTIONS: tuple[Option, ...] = (
         env="ACCEL_DEBUG_MODE",
         default=False,
     ),
-    _O(
-        "deepspeed_config_file",
+    _section_option("deepspeed", "deepspeed_config_file", "DeepSpeed JSON config file."),
+    _section_option("deepspeed", "zero_stage", "ZeRO stage.", "int", choices=(0, 1, 2, 3)),
+    _section_option(
         "deepspeed",
-        "DeepSpeed JSON config file.",
-        config_key=("deepspeed_config", "deepspeed_config_file"),
-    ),
-    _O(
-        "zero_stage",
-        "deepspeed",
-        "ZeRO stage.",
-        "int",
-        choices=(0, 1, 2, 3),
-        config_key=("deepspeed_config", "zero_stage"),
-    ),
-    _O(
         "offload_optimizer_device",
-        "deepspeed",
         "Where optimizer states live.",
         choices=schema.OFFLOAD_DEVICES,
-        config_key=("deepspeed_config", "offload_optimizer_device"),
     ),
-    _O(
-        "offload_param_device",
+    _section_option(
         "deepspeed",
+        "offload_param_device",
         "Where parameters live (stage 3).",
         choices=schema.OFFLOAD_DEVICES,
-        config_key=("deepspeed_config", "offload_param_device"),
     ),
-    _O(
-        "offload_optimizer_nvme_path",
+    _section_option(
+        "deepspeed", "offload_optimizer_nvme_path", "NVMe folder for optimizer offload."
+    ),
+    _section_option("deepspeed", "offload_param_nvme_path", "NVMe folder for parameter offload."),
+    _section_option(
         "deepspeed",
-        "NVMe folder for optimizer offload.",
-        config_key=("deepspeed_config", "offload_optimizer_nvme_path"),
-    ),
-    _O(
-        "offload_param_nvme_path",
-        "deepspeed",
-        "NVMe folder for parameter offload.",
-        config_key=("deepspeed_config", "offload_param_nvme_path"),
-    ),
-    _O(
         "gradient_accumulation_steps",
-        "deepspeed",
         "Steps per optimizer step (also ACCEL_GRADIENT_ACCUMULATION_STEPS).",
         "int",
-        config_key=("deepspeed_config", "gradient_accumulation_steps"),
         env="ACCEL_GRADIENT_ACCUMULATION_STEPS",
     ),
-    _O(
-        "gradient_clipping",
-        "deepspeed",
-        "Gradient norm clipping.",
-        "float",
-        config_key=("deepspeed_config", "gradient_clipping"),
+    _section_option("deepspeed", "gradient_clipping", "Gradient norm clipping.", "float"),
+    _section_option(
+        "deepspeed", "zero3_init_flag", "Build large models sharded (true/false).", "bool"
     ),
-    _O(
-        "zero3_init_flag",
+    _section_option(
         "deepspeed",
-        "Build large models sharded (true/false).",
-        "bool",
-        config_key=("deepspeed_config", "zero3_init_flag"),
-    ),
-    _O(
         "zero3_save_16bit_model",
-        "deepspeed",
         "Save 16-bit weights under stage 3 (true/false).",
         "bool",
-        config_key=("deepspeed_config", "zero3_save_16bit_model"),
     ),
-    _O(
-        "deepspeed_moe_layer_cls_names",
-        "deepspeed",
-        "Comma-separated MoE layer class names.",
-        config_key=("deepspeed_config", "deepspeed_moe_layer_cls_names"),
+    _section_option(
+        "deepspeed", "deepspeed_moe_layer_cls_names", "Comma-separated MoE layer class names."
     ),
-    _O(
-        "fsdp_version",
+    _section_option("fsdp", "fsdp_version", "FSDP API version.", "int", choices=(1, 2)),
+    _section_option(
         "fsdp",
-        "FSDP API version.",
-        "int",
-        choices=(1, 2),
-        config_key=("fsdp_config", "fsdp_version"),
-    ),
-    _O(
         "fsdp_sharding_strategy",
-        "fsdp",
         "FSDP 1 sharding strategy.",
         choices=schema.FSDP_SHARDING_STRATEGIES,
-        config_key=("fsdp_config", "fsdp_sharding_strategy"),
     ),
-    _O(
-        "fsdp_reshard_after_forward",
+    _section_option(
+        "fsdp", "fsdp_reshard_after_forward", "FSDP 2: free parameters after forward (true/false)."
+    ),
+    _section_option(
         "fsdp",
-        "FSDP 2: free parameters after forward (true/false).",
-        config_key=("fsdp_config", "fsdp_reshard_after_forward"),
-    ),
-    _O(
         "fsdp_offload_params",
-        "fsdp",
         "Offload parameters and gradients to CPU (true/false).",
         "bool",
-        config_key=("fsdp_config", "fsdp_offload_params"),
     ),
-    _O(
-        "fsdp_min_num_params",
+    _section_option(
+        "fsdp", "fsdp_min_num_params", "Minimum parameters per unit (SIZE_BASED_WRAP).", "int"
+    ),
+    _section_option(
         "fsdp",
-        "Minimum parameters per unit (SIZE_BASED_WRAP).",
-        "int",
-        config_key=("fsdp_config", "fsdp_min_num_params"),
-    ),
-    _O(
         "fsdp_auto_wrap_policy",
-        "fsdp",
         "How modules are wrapped.",
         choices=schema.FSDP_AUTO_WRAP_POLICIES,
-        config_key=("fsdp_config", "fsdp_auto_wrap_policy"),
     ),
-    _O(
-        "fsdp_transformer_layer_cls_to_wrap",
+    _section_option(
+        "fsdp", "fsdp_transformer_layer_cls_to_wrap", "Comma-separated layer class names to wrap."
+    ),
+    _section_option(
         "fsdp",
-        "Comma-separated layer class names to wrap.",
-        config_key=("fsdp_config", "fsdp_transformer_layer_cls_to_wrap"),
-    ),
-    _O(
         "fsdp_backward_prefetch",
-        "fsdp",
         "Backward prefetch.",
         choices=schema.FSDP_BACKWARD_PREFETCH,
-        config_key=("fsdp_config", "fsdp_backward_prefetch"),
     ),
-    _O(
-        "fsdp_state_dict_type",
+    _section_option(
+        "fsdp", "fsdp_state_dict_type", "Checkpoint layout.", choices=schema.FSDP_STATE_DICT_TYPES
+    ),
+    _section_option("fsdp", "fsdp_forward_prefetch", "Forward prefetch (true/false).", "bool"),
+    _section_option(
+        "fsdp", "fsdp_use_orig_params", "Keep original parameters (true/false).", "bool"
+    ),
+    _section_option(
         "fsdp",
-        "Checkpoint layout.",
-        choices=schema.FSDP_STATE_DICT_TYPES,
-        config_key=("fsdp_config", "fsdp_state_dict_type"),
-    ),
-    _O(
-        "fsdp_forward_prefetch",
-        "fsdp",
-        "Forward prefetch (true/false).",
-        "bool",
-        config_key=("fsdp_config", "fsdp_forward_prefetch"),
-    ),
-    _O(
-        "fsdp_use_orig_params",
-        "fsdp",
-        "Keep original parameters (true/false).",
-        "bool",
-        config_key=("fsdp_config", "fsdp_use_orig_params"),
-    ),
-    _O(
         "fsdp_cpu_ram_efficient_loading",
-        "fsdp",
         "Load weights on rank 0 only (true/false).",
         "bool",
-        config_key=("fsdp_config", "fsdp_cpu_ram_efficient_loading"),
     ),
-    _O(
-        "fsdp_sync_module_states",
+    _section_option(
         "fsdp",
+        "fsdp_sync_module_states",
         "Broadcast rank 0's weights at wrap (true/false).",
         "bool",
-        config_key=("fsdp_config", "fsdp_sync_module_states"),
     ),
-    _O(
-        "fsdp_activation_checkpointing",
-        "fsdp",
-        "Activation checkpointing (true/false).",
-        "bool",
-        config_key=("fsdp_config", "fsdp_activation_checkpointing"),
+    _section_option(
+        "fsdp", "fsdp_activation_checkpointing", "Activation checkpointing (true/false).", "bool"
     ),
     _O(
         "downcast_bf16",
