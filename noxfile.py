@@ -12,7 +12,6 @@ and ``docs``. On demand: ``bench`` and ``demo``.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -161,6 +160,5 @@ def demo(session: nox.Session) -> None:
     session.run("python", "examples/demo.py", *session.posargs, env={"OMP_NUM_THREADS": "1"})
 
 
-# Keep helper names out of nox's listing.
+# Keep the loop variable out of the module namespace.
 del _dist
-os.environ.setdefault("PYTHONDONTWRITEBYTECODE", "1")
