@@ -39,10 +39,11 @@ class AcceleratorState:
         if self.initialized:
             self._check_unchanged(mixed_precision)
             return
-        from accel_ops import LaunchEnvironment, PartialState
+        from accel_ops import PartialState
 
-        environment = LaunchEnvironment.from_environ()
-        self.partial = PartialState(cpu=cpu or environment.use_cpu, **kwargs)
+        # PartialState reads the launch environment (ACCEL_USE_CPU included) once for the process
+        self.partial = PartialState(cpu=cpu, **kwargs)
+        environment = self.partial.launch_environment
         chosen = mixed_precision if mixed_precision is not None else environment.mixed_precision
         self._mixed_precision = check_mixed_precision(chosen, self.partial.device)
         self.dynamo_plugin = dynamo_plugin or TorchDynamoPlugin()
