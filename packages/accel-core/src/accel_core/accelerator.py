@@ -39,6 +39,7 @@ from accel_core.process_api import ProcessMixin
 from accel_core.scheduler import AcceleratedScheduler
 from accel_core.state import AcceleratorState
 from accel_core.strategies import Strategy, SupportsJoin, resolve_strategy
+from accel_ops import inflight
 
 
 class Accelerator(ProcessMixin, PendingFeaturesMixin):
@@ -313,7 +314,9 @@ class Accelerator(ProcessMixin, PendingFeaturesMixin):
         steps = self.gradient_state.num_steps
         if steps > 1 and not self.strategy.handles_accumulation:
             loss = loss / steps
-        self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
+        # Under DDP the gradients are all-reduced inside backward: the hang report shows it.
+        with inflight.waiting_in("backward", loss):
+            self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
 
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Context for one batch of gradient accumulation (see :mod:`accel_core.accumulation`)."""

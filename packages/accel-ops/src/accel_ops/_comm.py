@@ -6,15 +6,19 @@ Every collective asks :func:`resolve` first. ``None`` means one process: nothing
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from accel_ops import inflight
 from accel_ops.errors import CollectiveTimeoutError, DistributedOperationException
 from accel_ops.state import PartialState
 from accel_ops.tree import LeafTypeError, _walk
+
+_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 class Comm:
@@ -58,29 +62,53 @@ def resolve(group: Any = None) -> Comm | None:
 
 
 def failure(operation: str, comm: Comm, error: BaseException) -> DistributedOperationException:
-    """Our error for a torch collective that raised, naming the operation and this rank."""
+    """Our error for a torch collective that raised, naming the operation and this rank.
+
+    The timeout is mentioned only when the collective timed out: then it is the reason.
+    """
     text = str(error)
-    timeout = f" (timeout {comm.timeout_seconds:g} s)" if comm.timeout_seconds else ""
-    where = f"{operation} failed on rank {comm.rank} of {comm.world_size}{timeout}"
+    where = f"{operation} failed on rank {comm.rank} of {comm.world_size}"
     lowered = text.lower()
     if "timed out" in lowered or "timeout" in lowered:
+        limit = f" in {comm.timeout_seconds:g} s" if comm.timeout_seconds else " in time"
         return CollectiveTimeoutError(
-            f"{where}: the collective did not complete in time. Usually another rank never "
+            f"{where}: the collective did not complete{limit}. Usually another rank never "
             f"reached this {operation} (it took a different branch, or crashed; see its log). "
             f"Raise ACCEL_PROCESS_GROUP_TIMEOUT or PartialState(timeout=...) only if that rank "
             f"is merely slow. torch said: {text}"
+        )
+    if "connection reset" in lowered or "connection closed" in lowered:
+        return DistributedOperationException(
+            f"{where}: another rank closed its connection (it exited or crashed; see its log). "
+            f"torch said: {text}"
         )
     return DistributedOperationException(f"{where}: {text}")
 
 
 def call(
-    operation: str, comm: Comm, function: Callable[..., Any], *args: Any, **kwargs: Any
+    operation: str,
+    comm: Comm,
+    function: Callable[..., Any],
+    *args: Any,
+    inputs: Any = None,
+    **kwargs: Any,
 ) -> Any:
-    """Run a torch.distributed call, turning its failure into :func:`failure`'s error."""
+    """Run a torch.distributed call, recorded as in flight, turning its failure into our error.
+
+    ``inputs`` (what this rank contributes) is described in the hang report if the call lasts.
+    Autograd never sees the call: collectives are not differentiable, and gloo's in-place writes
+    into views of tensors that require grad would be refused.
+    """
+    token = inflight.begin(operation, inputs)
     try:
-        return function(*args, **kwargs)
+        with torch.no_grad():
+            return function(*args, **kwargs)
     except RuntimeError as error:  # DistBackendError and gloo's timeouts are RuntimeErrors
-        raise failure(operation, comm, error) from error
+        ours = failure(operation, comm, error)
+        inflight.failed(ours)
+        raise ours from error
+    finally:
+        inflight.end(token)
 
 
 def describe(data: Any, loose_dim: int | None = None) -> list[str]:
@@ -129,3 +157,44 @@ def verify(operation: str, comm: Comm, data: Any, loose_dim: int | None = None) 
         f"(it would hang or mix data). Every rank must pass the same structure of tensors with the "
         f"same shapes and dtypes.{hint} Debug mode (ACCEL_DEBUG_MODE) found:\n{per_rank}"
     )
+
+
+def check_same_inputs(operation: str, comm: Comm, data: Any, loose_dim: int | None = None) -> None:
+    """Make sure every rank passes the same structure, shapes and dtypes, before any data moves.
+
+    Ranks whose tensors differ in size would make gloo return another rank's bytes as garbage, or
+    abort the process (SIGABRT) when more bytes arrive than expected; same-sized tensors of another
+    dtype are silently misread. So each rank sends a fingerprint (the number of tensors and a
+    CRC-32 of their shapes and dtypes, ``loose_dim`` excluded) in one small all-gather; when they
+    differ, every rank raises the same error listing each rank's tensors (found with
+    :func:`verify`). In debug mode :func:`verify` runs directly.
+    """
+    if comm.debug:
+        verify(operation, comm, data, loose_dim)
+        return
+    lines = describe(data, loose_dim)
+    mine = torch.tensor(fingerprint(lines), dtype=torch.int64, device=_first_device(data))
+    everyone = mine.new_empty(comm.world_size * mine.numel())
+    call(operation, comm, _ALL_GATHER, everyone, mine, group=comm.group, inputs=data)
+    if bool((everyone.view(comm.world_size, -1) == mine).all()):
+        return
+    verify(operation, comm, data, loose_dim)
+
+
+def fingerprint(lines: list[str]) -> list[int]:
+    """``[number of tensors, CRC-32 of their descriptions]``: equal on ranks with equal inputs."""
+    return [len(lines), zlib.crc32("\n".join(lines).encode())]
+
+
+def _first_device(data: Any) -> torch.device:
+    if isinstance(data, torch.Tensor):
+        return data.device
+    found: list[torch.device] = []
+
+    def note(tensor: torch.Tensor) -> torch.Tensor:
+        if not found:
+            found.append(tensor.device)
+        return tensor
+
+    _walk(note, data, (), {}, lambda leaf: isinstance(leaf, torch.Tensor), False)
+    return found[0] if found else torch.device("cpu")

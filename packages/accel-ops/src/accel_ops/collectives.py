@@ -16,7 +16,7 @@ import torch.distributed as dist
 from accel_ops import _comm
 from accel_ops.tree import apply_to_tensors
 
-_ALL_GATHER = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_ALL_GATHER = _comm._ALL_GATHER
 _REDUCTIONS = ("mean", "sum", "max", "none")
 
 
@@ -31,8 +31,7 @@ def gather(tensor: Any, group: Any = None) -> Any:
     comm = _comm.resolve(group)
     if comm is None:
         return tensor
-    if comm.debug:
-        _comm.verify("gather", comm, tensor)
+    _comm.check_same_inputs("gather", comm, tensor)
     return apply_to_tensors("gather", _gather_one, tensor, comm)
 
 
@@ -42,7 +41,7 @@ def _gather_one(tensor: torch.Tensor, comm: _comm.Comm) -> torch.Tensor:
     if not tensor.is_contiguous():
         tensor = tensor.contiguous()
     out = tensor.new_empty((comm.world_size * tensor.shape[0], *tensor.shape[1:]))
-    _comm.call("gather", comm, _ALL_GATHER, out, tensor, group=comm.group)
+    _comm.call("gather", comm, _ALL_GATHER, out, tensor, group=comm.group, inputs=tensor)
     return out
 
 
@@ -57,7 +56,9 @@ def gather_object(object: Any, group: Any = None) -> list[Any]:
     if comm is None:
         return list(object) if isinstance(object, (list, tuple)) else [object]
     everyone: list[Any] = [None] * comm.world_size
-    _comm.call("gather_object", comm, dist.all_gather_object, everyone, object, group=comm.group)
+    gather_all = dist.all_gather_object
+    what = f"a {type(object).__name__}"
+    _comm.call("gather_object", comm, gather_all, everyone, object, group=comm.group, inputs=what)
     if isinstance(object, (list, tuple)):
         return [item for part in everyone for item in part]
     return everyone
@@ -74,8 +75,7 @@ def broadcast(tensor: Any, from_process: int = 0, group: Any = None) -> Any:
     if comm is None:
         return tensor
     _check_source("broadcast", from_process, comm)
-    if comm.debug:
-        _comm.verify("broadcast", comm, tensor)
+    _comm.check_same_inputs("broadcast", comm, tensor)
     return apply_to_tensors("broadcast", _broadcast_one, tensor, comm, from_process)
 
 
@@ -89,12 +89,11 @@ def _check_source(operation: str, from_process: int, comm: _comm.Comm) -> None:
 
 def _broadcast_one(tensor: torch.Tensor, comm: _comm.Comm, source: int) -> torch.Tensor:
     target = tensor if tensor.is_contiguous() else tensor.contiguous()
-    if comm.group is None:
-        _comm.call("broadcast", comm, dist.broadcast, target, src=source)
-    else:
-        _comm.call("broadcast", comm, dist.broadcast, target, group=comm.group, group_src=source)
+    where = {"src": source} if comm.group is None else {"group": comm.group, "group_src": source}
+    _comm.call("broadcast", comm, dist.broadcast, target, inputs=tensor, **where)
     if target is not tensor:
-        tensor.copy_(target)
+        with torch.no_grad():
+            tensor.copy_(target)
     return tensor
 
 
@@ -137,8 +136,8 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0, group: Any 
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduce(reduction={reduction!r}) is not one of {', '.join(_REDUCTIONS)}")
     comm = _comm.resolve(group)
-    if comm is not None and comm.debug and reduction != "none":
-        _comm.verify("reduce", comm, tensor)
+    if comm is not None and reduction != "none":
+        _comm.check_same_inputs("reduce", comm, tensor)
     return apply_to_tensors("reduce", _reduce_one, tensor, comm, reduction, scale)
 
 
@@ -148,7 +147,7 @@ def _reduce_one(
     result = tensor.clone()
     if comm is not None and reduction != "none":
         op = dist.ReduceOp.MAX if reduction == "max" else dist.ReduceOp.SUM
-        _comm.call("reduce", comm, dist.all_reduce, result, op=op, group=comm.group)
+        _comm.call("reduce", comm, dist.all_reduce, result, op=op, group=comm.group, inputs=tensor)
         if reduction == "mean":
             result = result / comm.world_size
     if scale != 1.0:

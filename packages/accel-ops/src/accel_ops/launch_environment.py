@@ -55,6 +55,7 @@ class LaunchEnvironment:
     process_group_timeout: float = DEFAULT_PROCESS_GROUP_TIMEOUT
     num_machines: int = 1
     config_file: str | None = None
+    hang_report_dir: str | None = None
 
     @property
     def is_distributed(self) -> bool:
@@ -109,6 +110,7 @@ class LaunchEnvironment:
             ),
             num_machines=_read(env, "ACCEL_NUM_MACHINES", _int_at_least(1), 1),
             config_file=_read(env, "ACCEL_CONFIG_FILE", _optional_name, None),
+            hang_report_dir=_read(env, "ACCEL_HANG_REPORT_DIR", _optional_name, None),
         )
 
 

@@ -11,6 +11,8 @@ from accel_ops import _comm
 from accel_ops.collectives import _ALL_GATHER
 from accel_ops.tree import apply_to_tensors
 
+_SIZES_WITH_FINGERPRINT = 6
+
 
 class CannotPadNestedTensorWarning(UserWarning):
     """A nested (jagged) tensor was passed to pad_across_processes and left as it is."""
@@ -46,9 +48,10 @@ def pad_across_processes(
 
     Padding is filled with ``pad_index``, after the data (before it with ``pad_first``). The
     result can then be passed to :func:`gather`. Tensors without dimension ``dim`` are returned as
-    they are; nested tensors too, with a :class:`CannotPadNestedTensorWarning`. All sizes travel in
-    one collective, however many tensors ``tensor`` holds. On one process the input is returned
-    unchanged.
+    they are; nested tensors too, with a :class:`CannotPadNestedTensorWarning`. The sizes travel
+    with a fingerprint of every other dimension and dtype, in one collective for up to six tensors
+    (two for more): ranks whose tensors differ elsewhere than along ``dim`` get an error on every
+    rank, in any mode. On one process the input is returned unchanged.
     """
     if isinstance(tensor, torch.Tensor):
         leaves = [tensor]
@@ -71,17 +74,8 @@ def pad_across_processes(
     comm = _comm.resolve(group)
     if comm is None or not leaves:
         return tensor
-    if comm.debug:
-        _comm.verify("pad_across_processes", comm, tensor, loose_dim=dim)
     dims = [_normal_dim(leaf, dim) for leaf in leaves]
-    sizes = torch.tensor(
-        [-1 if d is None else leaf.shape[d] for leaf, d in zip(leaves, dims, strict=True)],
-        dtype=torch.int64,
-        device=leaves[0].device,
-    )
-    everyone = sizes.new_empty(comm.world_size * sizes.numel())
-    _comm.call("pad_across_processes", comm, _ALL_GATHER, everyone, sizes, group=comm.group)
-    longest = everyone.view(comm.world_size, -1).amax(dim=0).tolist()
+    longest = _longest_sizes(comm, tensor, leaves, dims, dim)
     if isinstance(tensor, torch.Tensor):
         if dims[0] is None:
             return tensor
@@ -95,6 +89,42 @@ def pad_across_processes(
         return _padded(leaf, leaf_dim, int(length), pad_index, pad_first)
 
     return apply_to_tensors("pad_across_processes", pad, tensor)
+
+
+def _longest_sizes(
+    comm: _comm.Comm, tensor: Any, leaves: list[torch.Tensor], dims: list[int | None], dim: int
+) -> list[int]:
+    """The largest size along ``dim`` of each leaf over all ranks (-1: the leaf has no ``dim``).
+
+    The sizes travel with the fingerprint of :func:`accel_ops._comm.check_same_inputs` (every
+    other dimension and the dtypes), in one all-gather of fixed length: the first
+    :data:`_SIZES_WITH_FINGERPRINT` sizes, and the rest in a second one only when there are more.
+    Ranks that pass different structures therefore raise the same clear error, in any mode.
+    """
+    if comm.debug:
+        _comm.verify("pad_across_processes", comm, tensor, loose_dim=dim)
+    sizes = [-1 if d is None else leaf.shape[d] for leaf, d in zip(leaves, dims, strict=True)]
+    head = sizes[:_SIZES_WITH_FINGERPRINT]
+    head += [-1] * (_SIZES_WITH_FINGERPRINT - len(head))
+    own = _comm.fingerprint(_comm.describe(tensor, loose_dim=dim))
+    exchanged = _all_gather_ints(comm, [*own, *head], leaves[0].device, tensor)
+    if any(row[:2] != own for row in exchanged):
+        _comm.verify("pad_across_processes", comm, tensor, loose_dim=dim)
+    columns = [row[2:] for row in exchanged]
+    if len(sizes) > _SIZES_WITH_FINGERPRINT:
+        rest = _all_gather_ints(comm, sizes[_SIZES_WITH_FINGERPRINT:], leaves[0].device, tensor)
+        columns = [row + extra for row, extra in zip(columns, rest, strict=True)]
+    return [max(column) for column in zip(*columns, strict=True)][: len(sizes)]
+
+
+def _all_gather_ints(
+    comm: _comm.Comm, values: list[int], device: torch.device, inputs: Any
+) -> list[list[int]]:
+    mine = torch.tensor(values, dtype=torch.int64, device=device)
+    everyone = mine.new_empty(comm.world_size * mine.numel())
+    where = {"group": comm.group, "inputs": inputs}
+    _comm.call("pad_across_processes", comm, _ALL_GATHER, everyone, mine, **where)
+    return everyone.view(comm.world_size, -1).tolist()
 
 
 def pad_input_tensors(tensor: Any, batch_size: int, num_processes: int, dim: int = 0) -> Any:

@@ -12,8 +12,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from accel_ops import exit_teardown, inflight
 from accel_ops.enums import DistributedType
-from accel_ops.errors import CollectiveTimeoutError, DistributedOperationException
 from accel_ops.launch_environment import LaunchEnvironment
 from accel_ops.process_group import as_timedelta, place_process
 from accel_ops.splitting import split_inputs
@@ -93,6 +93,9 @@ class PartialState:
         self.device = placement.device
         self.fork_launched = False
         self._created_group = placement.created_group
+        if self.num_processes > 1:
+            exit_teardown.register()
+            inflight.start_reporter(env.hang_report_dir, self.process_index)
 
     def __getattr__(self, name: str) -> Any:
         # Only called for attributes that are missing: the state was reset after this instance
@@ -148,19 +151,13 @@ class PartialState:
         """Block until every process reaches this call (nothing to wait for on one process)."""
         if not self.use_distributed:
             return
-        try:
-            if self.backend == "nccl":
-                dist.barrier(device_ids=[self.device.index])
-            else:
-                dist.barrier()
-        except RuntimeError as error:
-            message = (
-                f"wait_for_everyone failed on rank {self.process_index} of {self.num_processes}"
-                f" (timeout {self.timeout.total_seconds():g} s): {error}"
-            )
-            if "timed out" in str(error).lower() or "timeout" in str(error).lower():
-                raise CollectiveTimeoutError(message) from error
-            raise DistributedOperationException(message) from error
+        from accel_ops import _comm
+
+        comm = _comm.resolve()
+        if comm is None:
+            return
+        nccl = {"device_ids": [self.device.index]} if self.backend == "nccl" else {}
+        _comm.call("wait_for_everyone", comm, dist.barrier, **nccl)
 
     def _goes_first(self, is_first: bool) -> Iterator[None]:
         if not is_first:
