@@ -94,6 +94,10 @@ def mismatch_worker():
         "gather_shape": lambda: ao.gather(torch.ones((2, 3) if rank else (3, 2))),
         "gather_structure": lambda: ao.gather([torch.ones(2)] * (rank + 1)),
         "reduce": lambda: ao.reduce(torch.ones(rank + 2)),
+        # a rank that calls another collective at the same point: an error, not a hang
+        "different_collectives": lambda: (
+            ao.broadcast(torch.ones(2)) if rank == 1 else ao.gather(torch.ones(2))
+        ),
         "broadcast": lambda: ao.broadcast(torch.ones(rank + 2)),
         # along dim 0 sizes may differ; along dim 1 they must not
         "pad_other_dim": lambda: ao.pad_across_processes(torch.ones(rank + 1, rank + 2)),
@@ -128,6 +132,9 @@ def test_mismatched_inputs_raise_on_every_rank_without_debug_mode(n):
         assert "rank 1: shape (2) int32" in report["gather_dtype"]
         assert "rank 1: shape (2, 3) float32" in report["gather_shape"]
         assert report["reduce"].startswith("reduce: the ranks passed different shapes")
+        assert "the ranks called different collectives" in report["different_collectives"]
+        assert "rank 1: broadcast of shape (2) float32" in report["different_collectives"]
+        assert "rank 0: gather of shape (2) float32" in report["different_collectives"]
         assert report["broadcast"].startswith("broadcast: the ranks passed different shapes")
         for name in ("pad_other_dim", "pad_structure", "pad_many"):
             assert report[name].startswith("pad_across_processes: the ranks passed"), name

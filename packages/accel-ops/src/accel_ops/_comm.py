@@ -137,14 +137,29 @@ def describe(data: Any, loose_dim: int | None = None) -> list[str]:
 
 
 def verify(operation: str, comm: Comm, data: Any, loose_dim: int | None = None) -> None:
-    """Debug mode: compare shapes and dtypes across ranks; raise on every rank if they differ."""
-    mine = describe(data, loose_dim)
+    """Compare the collective, shapes and dtypes across ranks; raise on every rank if they differ.
+
+    Runs before every collective in debug mode, and after :func:`check_same_inputs` found that
+    the fingerprints differ, to say how.
+    """
+    mine = (operation, describe(data, loose_dim))
     everyone: list[Any] = [None] * comm.world_size
     call(operation, comm, dist.all_gather_object, everyone, mine, group=comm.group)
     if all(theirs == everyone[0] for theirs in everyone):
         return
+    if any(name != operation for name, _ in everyone):
+        per_rank = "\n".join(
+            f"  rank {rank}: {name} of {'; '.join(lines) or '(nothing)'}"
+            for rank, (name, lines) in enumerate(everyone)
+        )
+        raise DistributedOperationException(
+            f"{operation}: the ranks called different collectives at the same point, so none of "
+            "them can run (they would hang or mix data). Every rank must call the same "
+            f"collectives in the same order. The ranks called:\n{per_rank}"
+        )
     per_rank = "\n".join(
-        f"  rank {rank}: {'; '.join(lines) or '(nothing)'}" for rank, lines in enumerate(everyone)
+        f"  rank {rank}: {'; '.join(lines) or '(nothing)'}"
+        for rank, (_, lines) in enumerate(everyone)
     )
     hint = (
         " Tensors whose size differs along one dimension can be made equal with "
@@ -155,7 +170,7 @@ def verify(operation: str, comm: Comm, data: Any, loose_dim: int | None = None) 
     raise DistributedOperationException(
         f"{operation}: the ranks passed different shapes or dtypes, so the collective can't run "
         f"(it would hang or mix data). Every rank must pass the same structure of tensors with the "
-        f"same shapes and dtypes.{hint} Debug mode (ACCEL_DEBUG_MODE) found:\n{per_rank}"
+        f"same shapes and dtypes.{hint} Found:\n{per_rank}"
     )
 
 
@@ -165,15 +180,19 @@ def check_same_inputs(operation: str, comm: Comm, data: Any, loose_dim: int | No
     Ranks whose tensors differ in size would make gloo return another rank's bytes as garbage, or
     abort the process (SIGABRT) when more bytes arrive than expected; same-sized tensors of another
     dtype are silently misread. So each rank sends a fingerprint (the number of tensors and a
-    CRC-32 of their shapes and dtypes, ``loose_dim`` excluded) in one small all-gather; when they
-    differ, every rank raises the same error listing each rank's tensors (found with
-    :func:`verify`). In debug mode :func:`verify` runs directly.
+    CRC-32 of the operation's name and their shapes and dtypes, ``loose_dim`` excluded) in one
+    small all-gather; when they differ, every rank raises the same error listing each rank's
+    collective and tensors (found with :func:`verify`). So a rank that calls ``broadcast`` where
+    the others call ``gather`` is an error too, not a hang. In debug mode :func:`verify` runs
+    directly.
     """
     if comm.debug:
         verify(operation, comm, data, loose_dim)
         return
     lines = describe(data, loose_dim)
-    mine = torch.tensor(fingerprint(lines), dtype=torch.int64, device=_first_device(data))
+    mine = torch.tensor(
+        fingerprint(operation, lines), dtype=torch.int64, device=_first_device(data)
+    )
     everyone = mine.new_empty(comm.world_size * mine.numel())
     call(operation, comm, _ALL_GATHER, everyone, mine, group=comm.group, inputs=data)
     if bool((everyone.view(comm.world_size, -1) == mine).all()):
@@ -181,9 +200,12 @@ def check_same_inputs(operation: str, comm: Comm, data: Any, loose_dim: int | No
     verify(operation, comm, data, loose_dim)
 
 
-def fingerprint(lines: list[str]) -> list[int]:
-    """``[number of tensors, CRC-32 of their descriptions]``: equal on ranks with equal inputs."""
-    return [len(lines), zlib.crc32("\n".join(lines).encode())]
+def fingerprint(operation: str, lines: list[str]) -> list[int]:
+    """``[number of tensors, CRC-32 of the operation and their descriptions]``.
+
+    Equal on ranks that call the same collective with equal inputs.
+    """
+    return [len(lines), zlib.crc32("\n".join([operation, *lines]).encode())]
 
 
 def _first_device(data: Any) -> torch.device:

@@ -106,7 +106,7 @@ def _longest_sizes(
     sizes = [-1 if d is None else leaf.shape[d] for leaf, d in zip(leaves, dims, strict=True)]
     head = sizes[:_SIZES_WITH_FINGERPRINT]
     head += [-1] * (_SIZES_WITH_FINGERPRINT - len(head))
-    own = _comm.fingerprint(_comm.describe(tensor, loose_dim=dim))
+    own = _comm.fingerprint("pad_across_processes", _comm.describe(tensor, loose_dim=dim))
     exchanged = _all_gather_ints(comm, [*own, *head], leaves[0].device, tensor)
     if any(row[:2] != own for row in exchanged):
         _comm.verify("pad_across_processes", comm, tensor, loose_dim=dim)
