@@ -45,6 +45,8 @@ def test_every_field_round_trips_from_the_launcher_to_the_workers(tmp_path):
         "--use_fsdp",
         "--fsdp_sharding_strategy",
         "FULL_SHARD",
+        "--log_dir",
+        str(tmp_path / "logs"),
         str(SCRIPT),
     ]
     env = {
@@ -76,6 +78,7 @@ def test_every_field_round_trips_from_the_launcher_to_the_workers(tmp_path):
         "process_group_timeout": 77.5,
         "num_machines": 1,
         "config_file": str(config),
+        "hang_report_dir": str(tmp_path / "logs" / "inflight"),
     }
     expected = [{**common, "rank": rank, "local_rank": rank} for rank in (0, 1)]
     assert seen == expected

@@ -278,3 +278,22 @@ def test_a_signal_stops_every_process(tmp_path: Path, sig: signal.Signals):
         if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     ]
     assert alive == [], f"orphans left: {alive}"
+
+
+def test_workers_stop_when_the_launcher_is_killed(tmp_path: Path):
+    proc = subprocess.Popen(
+        [*accel_command(), "launch", "--num_processes", "2", str(SCRIPTS / "sleeper.py")],
+        env=clean_env(OUT=str(tmp_path)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready{r}").exists() for r in range(2)):
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    workers = [psutil.Process(int((tmp_path / f"ready{r}").read_text())) for r in range(2)]
+    proc.kill()  # SIGKILL: the launcher can't stop anything itself
+    proc.wait(timeout=10)
+    psutil.wait_procs(workers, timeout=5)
+    alive = [p.pid for p in workers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], f"workers outlived their launcher: {alive}"

@@ -51,7 +51,10 @@ def test_the_root_cause_comes_first_with_exception_and_output_tail(tmp_path: Pat
     assert lines[3] == "    last 10 lines of its output:"
     assert lines[4:14] == [f"      | line {i}" for i in range(5, 15)]
     assert "  rank 0 (local rank 0) was stopped by the agent" in lines
-    assert "  rank 2 (local rank 2, pid 1002) was killed by SIGKILL" in lines
+    assert (
+        "  rank 2 (local rank 2, pid 1002) was killed by SIGKILL: killed from outside, often by "
+        "the out-of-memory killer (see `dmesg`)"
+    ) in lines
 
 
 def test_a_lone_sigterm_is_still_the_root_cause(tmp_path: Path):
@@ -59,4 +62,19 @@ def test_a_lone_sigterm_is_still_the_root_cause(tmp_path: Path):
     assert root_cause(failures) == 4
     assert "rank 4 (local rank 4, pid 1004) was killed by SIGTERM" in format_failure_summary(
         failures, 0
+    )
+
+
+def test_each_failed_rank_gets_its_real_reason(tmp_path: Path):
+    failures = {
+        0: failure(tmp_path, 0, -signal.SIGABRT, timestamp=1),
+        1: failure(tmp_path, 1, 7, timestamp=2),
+    }
+    text = format_failure_summary(failures, machine_rank=0, hang_table="rank  where\n0     x")
+    assert (
+        "rank 0 (local rank 0, pid 1000) was killed by SIGABRT: it aborted in native code" in text
+    )
+    assert "rank 1 (local rank 1, pid 1001) exited with code 7 without a Python exception" in text
+    assert text.endswith(
+        "  where each rank was in its collectives at the end:\n  rank  where\n  0     x\n"
     )

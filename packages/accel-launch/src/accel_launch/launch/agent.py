@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
 from accel_launch.errors import AccelLaunchError
+from accel_launch.launch import hang_report
 from accel_launch.launch.resolve import LaunchPlan
 from accel_launch.launch.summary import print_failure_summary, root_cause
+from accel_launch.launch.worker import LAUNCHER_PID
 
 
 def worker_command(script: str, script_args: list[str], module: bool, no_python: bool) -> list[str]:
@@ -62,9 +65,11 @@ def run_elastic(
     """Run the job under torch's elastic agent; returns the exit code for ``accel launch``.
 
     On a worker failure the agent stops the other workers (it checks every ``monitor_interval``
-    seconds); a short summary (rank, machine, exception, last output lines) is printed first,
-    torch's own report after it. SIGINT/SIGTERM make the agent stop every worker and we exit
-    with 128 + the signal number.
+    seconds); a short summary (rank, machine, exception, last output lines, and the hang table
+    when a rank was in a collective) is printed first, torch's own report after it. SIGINT/SIGTERM
+    make the agent stop every worker and we exit with 128 + the signal number. While the job runs
+    a :class:`~accel_launch.launch.hang_report.HangMonitor` prints the hang table once a
+    collective has waited ``--hang-report-after`` seconds, and on SIGUSR1.
     """
     os.environ.update(env)
     if quiet:
@@ -106,10 +111,20 @@ def run_elastic(
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
     )
     entrypoint, *args = elastic_command(script, script_args, module, no_python)
+    os.environ[LAUNCHER_PID] = str(os.getpid())
+    folder = hang_report.report_folder(log_dir)
+    hang_report.export_folder(folder)
+    first_rank = int(plan["machine_rank"]) * plan.nproc_per_node
+    ranks = range(first_rank, first_rank + plan.nproc_per_node)
+    monitor = hang_report.HangMonitor(folder, ranks, float(plan["hang_report_after"]))
+    monitor.start()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: monitor.report("SIGUSR1 received"))
     try:
         elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as error:
-        print_failure_summary(error.failures, int(plan["machine_rank"]), log_dir)
+        monitor.stop()
+        table = hang_report.last_records_table(folder, ranks)
+        print_failure_summary(error.failures, int(plan["machine_rank"]), log_dir, table)
         print(error.format_msg(), file=sys.stderr)
         code = int(error.failures[root_cause(error.failures)].exitcode)
         if code < 0:
@@ -123,6 +138,9 @@ def run_elastic(
             file=sys.stderr,
         )
         return 128 + int(error.sigval)
+    finally:
+        monitor.stop()
+        signal.signal(signal.SIGUSR1, previous)
     if not keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something failed
     return 0

@@ -321,6 +321,14 @@ OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     _O(
+        "hang_report_after",
+        "output",
+        "Print which rank waits in which collective (and which ranks are in none) once a "
+        "collective has waited this many seconds; `kill -USR1 <launcher pid>` prints it at once.",
+        "float",
+        default=300.0,
+    ),
+    _O(
         "log_dir",
         "output",
         "Keep each worker's output and error file in this folder (default: a temporary folder, "

@@ -15,12 +15,28 @@ from accel_launch.launch.worker import OUTPUT_LOG
 TAIL_LINES = 10
 
 
-def _exit_reason(exitcode: int) -> str:
+_SIGNAL_MEANING = {
+    "SIGABRT": "it aborted in native code (e.g. a C++ error in gloo or NCCL); see its output",
+    "SIGKILL": "killed from outside, often by the out-of-memory killer (see `dmesg`)",
+    "SIGSEGV": "a crash in native code (an extension, a driver, or a bad tensor pointer)",
+    "SIGBUS": "a bad memory access, often a full /dev/shm or a truncated memory-mapped file",
+    "SIGTERM": "stopped from outside (a scheduler, or a user's kill)",
+}
+
+
+def _exit_reason(exitcode: int, has_exception: bool) -> str:
     if exitcode < 0:
         try:
-            return f"was killed by {signal.Signals(-exitcode).name}"
+            name = signal.Signals(-exitcode).name
         except ValueError:
             return f"was killed by signal {-exitcode}"
+        meaning = _SIGNAL_MEANING.get(name)
+        return f"was killed by {name}" + (f": {meaning}" if meaning else "")
+    if not has_exception:
+        return (
+            f"exited with code {exitcode} without a Python exception (sys.exit or os._exit in the "
+            "script, or the interpreter failed to start)"
+        )
     return f"exited with code {exitcode}"
 
 
@@ -59,8 +75,14 @@ def root_cause(failures: Mapping[int, Any]) -> int:
     return min(failures, key=order)
 
 
-def format_failure_summary(failures: Mapping[int, Any], machine_rank: int) -> str:
-    """The summary of torch's ``ChildFailedError.failures`` (global rank -> ProcessFailure)."""
+def format_failure_summary(
+    failures: Mapping[int, Any], machine_rank: int, hang_table: str | None = None
+) -> str:
+    """The summary of torch's ``ChildFailedError.failures`` (global rank -> ProcessFailure).
+
+    ``hang_table`` (what each rank was waiting in at the end, when any was in a collective) is
+    appended under its own heading.
+    """
     host = socket.gethostname()
     out = [f"accel launch: the job failed on machine {machine_rank} ({host}):"]
 
@@ -68,24 +90,29 @@ def format_failure_summary(failures: Mapping[int, Any], machine_rank: int) -> st
     order = sorted(failures, key=lambda rank: (rank != first, rank))
     for rank in order:
         failure = failures[rank]
-        reason = _exit_reason(int(failure.exitcode))
         if rank != first and int(failure.exitcode) == -signal.SIGTERM:
             out.append(f"  rank {rank} (local rank {failure.local_rank}) was stopped by the agent")
             continue
-        out.append(f"  rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {reason}")
         error_file = getattr(failure, "error_file", "") or ""
         exception = _exception(error_file) if error_file else None
+        reason = _exit_reason(int(failure.exitcode), exception is not None)
+        out.append(f"  rank {rank} (local rank {failure.local_rank}, pid {failure.pid}) {reason}")
         if exception:
             out.append(f"    exception: {exception}")
         tail = _tail(error_file)
         if tail:
             out.append(f"    last {len(tail)} lines of its output:")
             out += [f"      | {line}" for line in tail]
+    if hang_table:
+        out.append("  where each rank was in its collectives at the end:")
+        out.append("\n".join("  " + line for line in hang_table.splitlines()))
     out.append("")
     return "\n".join(out)
 
 
-def print_failure_summary(failures: Mapping[int, Any], machine_rank: int, log_dir: str) -> None:
+def print_failure_summary(
+    failures: Mapping[int, Any], machine_rank: int, log_dir: str, hang_table: str | None = None
+) -> None:
     """Print :func:`format_failure_summary` to stderr, with where the full logs are."""
-    text = format_failure_summary(failures, machine_rank)
+    text = format_failure_summary(failures, machine_rank, hang_table)
     print(text + f"  full per-rank logs: {log_dir}\n", file=sys.stderr, flush=True)

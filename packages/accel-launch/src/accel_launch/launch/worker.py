@@ -3,10 +3,13 @@
 torch's elastic agent starts ``python -u -m accel_launch.launch.worker (SCRIPT | -m MODULE) ARGS``
 in each worker. This module (standard library only, so it costs nothing measurable):
 
-1. copies everything the script writes to ``sys.stdout``/``sys.stderr`` into ``output.log`` next
+1. on Linux, asks the kernel to kill this worker (SIGKILL) when its parent, the launcher running
+   torch's agent, dies, even by SIGKILL: workers never outlive their launcher. A launcher that
+   died before this line ran (``ACCEL_LAUNCHER_PID`` is no longer the parent) ends it at once;
+2. copies everything the script writes to ``sys.stdout``/``sys.stderr`` into ``output.log`` next
    to the worker's ``TORCHELASTIC_ERROR_FILE`` (the console output is unchanged);
-2. runs the script as ``__main__`` (``sys.argv`` and ``sys.path[0]`` as Python would set them);
-3. on an uncaught exception, writes the error file in torch's format (what ``@record`` writes)
+3. runs the script as ``__main__`` (``sys.argv`` and ``sys.path[0]`` as Python would set them);
+4. on an uncaught exception, writes the error file in torch's format (what ``@record`` writes)
    and prints the traceback without this module's frames; the exit code is 1, as in Python.
 """
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import signal
 import sys
 import time
 import traceback
@@ -22,6 +26,8 @@ from types import TracebackType
 from typing import IO, Any
 
 OUTPUT_LOG = "output.log"
+LAUNCHER_PID = "ACCEL_LAUNCHER_PID"
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 class _Tee:
@@ -74,10 +80,28 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def stop_with_launcher() -> None:
+    """Linux: be killed when the launcher dies; exit now if it is already gone."""
+    launcher = os.environ.get(LAUNCHER_PID, "")
+    if not sys.platform.startswith("linux") or not launcher.isdigit():
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(launcher):
+        os._exit(128 + int(signal.SIGKILL))
+
+
 def main(argv: list[str]) -> None:
     """Run ``argv`` (``[SCRIPT, ARGS...]`` or ``["-m", MODULE, ARGS...]``) as ``__main__``."""
     if not argv:
         raise SystemExit("usage: python -m accel_launch.launch.worker (SCRIPT | -m MODULE) [ARGS]")
+    stop_with_launcher()
     error_file = os.environ.get("TORCHELASTIC_ERROR_FILE", "")
     if error_file:
         folder = os.path.dirname(error_file)
