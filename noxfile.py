@@ -6,8 +6,8 @@ on local disk; any other version would download gigabytes). Packages are discove
 ``tests-<package>`` session proves that the package installs and passes its tests with only what it
 declares.
 
-Default sessions (what CI runs): every ``tests-<package>``, ``integration``, ``profiles``, ``lint``
-and ``docs``. On demand: ``bench`` and ``demo``.
+Default sessions (what CI runs): every ``tests-<package>``, ``integration``, ``stress``,
+``profiles``, ``lint`` and ``docs``. On demand: ``bench`` and ``demo``.
 """
 
 from __future__ import annotations
@@ -101,7 +101,15 @@ def integration(session: nox.Session) -> None:
     """Everything installed together; runs the tests that cross packages and processes."""
     session.install(*TEST_TOOLS)
     _install_local(session, list(LOCAL), extras="test")
-    _pytest(session, "integration-tests")
+    _pytest(session, "integration-tests", "--ignore=integration-tests/stress")
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """Short jobs launched again and again: every exit code right, no SIGABRT, no orphan."""
+    session.install(*TEST_TOOLS, "psutil")
+    _install_local(session, ["accel-core", "accel-launch"])
+    _pytest(session, "integration-tests/stress")
 
 
 @nox.session
