@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import pickle
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +30,7 @@ class CheckpointFiles:
 
     files: list[Path]
     weight_map: dict[str, Path] = field(default_factory=dict)
+    index: Path | None = None  # the *.index.json the files come from, if any
 
 
 def _from_index(index_file: Path) -> CheckpointFiles:
@@ -58,7 +61,7 @@ def _from_index(index_file: Path) -> CheckpointFiles:
             f"{details}. Copy the missing shards next to the index or save the checkpoint again."
         )
     files = list(dict.fromkeys(resolved.values()))
-    return CheckpointFiles(files, resolved)
+    return CheckpointFiles(files, resolved, index_file)
 
 
 def find_checkpoint_files(checkpoint: str | os.PathLike) -> CheckpointFiles:
@@ -103,16 +106,28 @@ def find_checkpoint_files(checkpoint: str | os.PathLike) -> CheckpointFiles:
 
 
 def load_torch_file(path: Path) -> dict[str, torch.Tensor]:
-    """``torch.load`` of a ``.bin``/``.pt`` state dict, memory-mapped when the format allows."""
+    """``torch.load`` of a ``.bin``/``.pt`` state dict, memory-mapped when the format allows.
+
+    Always ``weights_only=True``: a file whose pickle asks for anything but tensors and plain
+    containers is refused, and the error says which global was refused.
+    """
     try:
         try:
             loaded = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
         except RuntimeError:  # legacy (non-zip) format: no memory map
             loaded = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:
+        refused = _REFUSED_GLOBAL.search(str(error))
+        if isinstance(error, pickle.UnpicklingError) and refused:
+            raise CheckpointError(
+                f"cannot load {path}: torch.load(weights_only=True) refused to unpickle "
+                f"{refused.group(1)}: weights_only blocks it, since unpickling it could run "
+                f"code. accel loads only tensors and plain containers from pickles; if you "
+                f"trust the file's source, re-save its tensors with safetensors or torch.save"
+            ) from None
         raise CheckpointError(
-            f"cannot load {path} with torch.load ({type(error).__name__}: {error}); the file is "
-            f"truncated, corrupt or not a state dict"
+            f"cannot load {path} with torch.load ({_first_line(error)}); the file is truncated "
+            f"or corrupt, or is not a torch.save state dict: save or download it again"
         ) from None
     if (
         isinstance(loaded, Mapping)
@@ -123,6 +138,15 @@ def load_torch_file(path: Path) -> dict[str, torch.Tensor]:
     if not isinstance(loaded, Mapping):
         raise CheckpointError(f"{path} does not hold a state dict (found {type(loaded).__name__})")
     return dict(loaded)
+
+
+# how torch names what weights_only refused: "... unsupported GLOBAL posix.system whose ..."
+_REFUSED_GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
+
+
+def _first_line(error: Exception) -> str:
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def load_state_dict(
@@ -150,9 +174,14 @@ def load_state_dict(
 
 
 def mismatch_message(
-    checkpoint: str | os.PathLike, missing: list[str], unexpected: list[str], model_keys: list[str]
+    checkpoint: str | os.PathLike,
+    missing: list[str],
+    unexpected: list[str],
+    model_keys: list[str],
+    advice: str,
 ) -> str:
-    """An error message listing missing and unexpected names with their closest matches."""
+    """A message listing missing and unexpected names with their closest matches, then ``advice``
+    (what happened or what to do; it depends on whether the caller raises or warns)."""
     lines = [f"the checkpoint {checkpoint} does not fit the model."]
     if missing:
         lines.append(f"{len(missing)} tensors of the model are missing from the checkpoint:")
@@ -164,8 +193,5 @@ def mismatch_message(
         for name in unexpected[:10]:
             close = difflib.get_close_matches(name, model_keys, n=1, cutoff=0.5)
             lines.append(f"  {name}" + (f"  (closest in model: {close[0]})" if close else ""))
-    lines.append(
-        "Check that the checkpoint was saved from this architecture and configuration; pass "
-        "strict=False to load the names that match (missing weights must not be left on meta)."
-    )
+    lines.append(advice)
     return "\n".join(lines)

@@ -1,17 +1,28 @@
 """Loading checkpoints into (possibly empty) models: shard by shard, each tensor where the map says.
 
-Before anything is loaded or written, every shard is located and every safetensors header is
-checked, and the checkpoint's names (and shapes, when known) are compared with the model's, so a
-bad checkpoint fails with nothing half-written. Then shards are streamed one at a time:
-tensors bound for the CPU stay memory-mapped from the safetensors file (no copy, nothing read
-until used), tensors bound for a GPU are copied there, and tensors bound for ``"disk"`` that sit
-in a safetensors file are offloaded by reference (the offload index points at the file and key,
-zero bytes written). Only tensors from ``.bin``/``.pt`` files are copied into the offload folder.
+A load either completes or leaves the model as it was. First a check pass (``load_checks``)
+finds every problem that can be found before writing: every shard is located and read (headers
+for safetensors; ``torch.load`` for ``.bin``/``.pt`` shards, see below), keys the index maps to a
+shard that lacks them, shapes, dtypes that cannot be cast, and names that differ. Then shards are
+streamed one at a time: tensors bound for the CPU stay memory-mapped from the file (no copy,
+nothing read until used), tensors bound for a GPU are copied there, and tensors bound for
+``"disk"`` that sit in a safetensors file are offloaded by reference (the offload index points at
+the file and key, zero bytes written). Only tensors from ``.bin``/``.pt`` files are copied into the
+offload folder. If streaming still fails (a shard changed or became unreadable after the check,
+a device ran out of memory), the tensors already replaced are put back and the ``.dat`` files
+written are deleted, so the model and the offload folder are as they were.
+
+Memory: the check pass loads each ``.bin``/``.pt`` shard of a sharded checkpoint and drops it
+before the next (a single-file checkpoint is loaded once and kept for streaming). Zip-format
+files (``torch.save``'s default) are memory-mapped, so this reads only their pickle; a legacy
+non-zip shard is read whole, so the check costs up to one such shard of memory and a second read
+of every shard. Restoring costs nothing extra: the model's old tensors stay referenced until the
+load ends (as they would for any in-place load), and for a model built with
+``init_empty_weights`` they take no memory at all.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -20,17 +31,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from accel_bigmodel.checkpoint_files import (
-    find_checkpoint_files,
-    load_torch_file,
-    mismatch_message,
-)
+from accel_bigmodel.checkpoint_files import find_checkpoint_files, load_torch_file
 from accel_bigmodel.device_map import check_device_map, device_for, resolve_device_map
 from accel_bigmodel.dispatch import dispatch_model
 from accel_bigmodel.dtypes import parse_dtype
+from accel_bigmodel.load_checks import TensorSpec, check_checkpoint, read_specs
 from accel_bigmodel.memory import Device, normalize_device
 from accel_bigmodel.offload import read_index_entry
-from accel_bigmodel.safetensors_io import CheckpointError, open_safetensors
+from accel_bigmodel.safetensors_io import CheckpointError, SafetensorsFile, open_safetensors
 from accel_bigmodel.storage import DiskOffloadStorage
 from accel_bigmodel.tensors import set_module_tensor_to_device
 from accel_bigmodel.tied import (
@@ -38,8 +46,6 @@ from accel_bigmodel.tied import (
     find_tied_parameters,
     retie_parameters,
 )
-
-logger = logging.getLogger(__name__)
 
 
 def _progress(total: int) -> Any:
@@ -67,8 +73,9 @@ class _Placer:
         self.keep_fp32 = keep_in_fp32_modules
         self.storage = storage
         self.offload_buffers = offload_buffers
-        self.model_tensors = dict(model.state_dict(keep_vars=True))
+        self.model_tensors = dict(model.state_dict(keep_vars=True))  # the originals, kept
         self.buffers = {n for n, _ in model.named_buffers()}
+        self.replaced: list[str] = []  # names placed so far, in order
 
     def target_dtype(self, key: str, source: torch.dtype) -> torch.dtype | None:
         if not source.is_floating_point:
@@ -87,6 +94,7 @@ class _Placer:
     ) -> None:
         device = device_for(key, self.device_map) if self.device_map else "cpu"
         wanted = self.target_dtype(key, source_dtype)
+        self.replaced.append(key)
         if device == "disk" and (self.offload_buffers or key not in self.buffers):
             assert self.storage is not None  # created whenever the map has "disk"
             current = self.model_tensors[key]
@@ -106,6 +114,18 @@ class _Placer:
         torch_device = torch.device("cuda", target) if isinstance(target, int) else target
         set_module_tensor_to_device(self.model, key, torch_device, value=load(), dtype=wanted)
 
+    def restore(self) -> None:
+        """Put back the model's original tensor under every name placed so far."""
+        for key in reversed(self.replaced):
+            owner_name, _, attribute = key.rpartition(".")
+            owner = self.model.get_submodule(owner_name) if owner_name else self.model
+            original = self.model_tensors[key]
+            if attribute in owner._parameters:
+                owner._parameters[attribute] = original
+            else:
+                owner._buffers[attribute] = original
+        self.replaced.clear()
+
 
 def load_checkpoint_in_model(
     model: nn.Module,
@@ -124,10 +144,14 @@ def load_checkpoint_in_model(
     ``checkpoint`` is a weights file, a folder, or a sharded checkpoint's ``*.index.json``.
     Shards are streamed one at a time. Tensors mapped to ``"disk"`` go to ``offload_folder``: by
     reference when they sit in a safetensors file (nothing written), as ``.dat`` copies
-    otherwise. ``dtype`` casts floating-point weights (modules named in ``keep_in_fp32_modules``
-    stay float32). Names that differ between checkpoint and model raise with ``strict=True``;
-    otherwise unexpected names are skipped with a warning, and missing names are an error only
-    when that would leave a tensor on the meta device. ``offload_state_dict`` is accepted for
+    otherwise. Floating-point values are cast to ``dtype`` if given (a floating dtype; modules
+    named in ``keep_in_fp32_modules`` stay float32), else to the model tensor's dtype; a value of
+    another kind (integer values for a floating tensor, floating values for an integer or bool
+    buffer) raises ``CheckpointError`` naming the key and both dtypes. Names that differ between
+    checkpoint and model raise with ``strict=True``; otherwise unexpected names are skipped with a
+    warning, and missing names are an error only when that would leave a tensor on the meta
+    device. Every check runs before the first tensor is placed, and a load that fails later puts
+    the old tensors back (see the module docstring). ``offload_state_dict`` is accepted for
     compatibility: CPU-bound weights are memory-mapped, so the CPU copy it avoided is never made.
     """
     if offload_8bit_bnb:
@@ -141,6 +165,11 @@ def load_checkpoint_in_model(
         check_device_map(model, device_map)
         device_map = {k: normalize_device(v, where=f"module {k!r}") for k, v in device_map.items()}
     target_dtype = parse_dtype(dtype)
+    if target_dtype is not None and not target_dtype.is_floating_point:
+        raise ValueError(
+            f"dtype={target_dtype} is not a floating-point dtype: dtype casts the checkpoint's "
+            f"floating-point weights, so pass one such as torch.float16 or 'bfloat16'"
+        )
     needs_disk = bool(device_map) and "disk" in device_map.values()
     if needs_disk and offload_folder is None:
         raise ValueError(
@@ -155,27 +184,36 @@ def load_checkpoint_in_model(
     tied = find_tied_parameters(model)
     if device_map:
         check_tied_parameters_on_same_device(tied, device_map)
-    _check_names(model, checkpoint, found, headers, preloaded, tied, strict)
+    specs = read_specs(found.files, headers, preloaded)
+    check_checkpoint(model, found, specs, checkpoint, tied, strict)
     storage = DiskOffloadStorage(offload_folder) if needs_disk else None
     placer = _Placer(
         model, device_map, target_dtype, list(keep_in_fp32_modules or []), storage, offload_buffers
     )
     try:
-        _stream(found.files, headers, preloaded, placer)
+        _stream(found.files, headers, preloaded, specs, placer)
         if storage is not None:
             _alias_tied(storage, tied, device_map or {})
             storage.flush()
-    except BaseException:
+    except BaseException as error:
+        placed = len(placer.replaced)
+        placer.restore()
         if storage is not None:
             storage.discard_writes()
+        if isinstance(error, CheckpointError):
+            raise CheckpointError(
+                f"{error}\nLoading stopped after {placed} tensors had been placed; they were put "
+                f"back, so the model is as it was before the load."
+            ) from error
         raise
     retie_parameters(model, [g for g in tied if _all_loaded(model, g)])
 
 
 def _stream(
     files: list[Path],
-    headers: Mapping[Path, Any],
+    headers: Mapping[Path, SafetensorsFile],
     preloaded: Mapping[Path, dict[str, torch.Tensor]],
+    specs: Mapping[Path, Mapping[str, TensorSpec]],
     placer: _Placer,
 ) -> None:
     from safetensors import safe_open
@@ -197,6 +235,7 @@ def _stream(
                             )
             else:
                 state = preloaded.get(path) or load_torch_file(path)
+                _check_unchanged(path, state, specs[path])
                 for key, tensor in state.items():
                     if key in known:
                         placer.place(
@@ -206,46 +245,21 @@ def _stream(
             bar.update(1)
 
 
-def _check_names(
-    model: nn.Module,
-    checkpoint: str | os.PathLike,
-    found: Any,
-    headers: Mapping[Path, Any],
-    preloaded: Mapping[Path, dict[str, torch.Tensor]],
-    tied: list[list[str]],
-    strict: bool,
+def _check_unchanged(
+    path: Path, state: Mapping[str, object], checked: Mapping[str, TensorSpec]
 ) -> None:
-    """Compare the checkpoint's names and shapes with the model's before loading anything."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for header in headers.values():
-        shapes.update({k: e.shape for k, e in header.entries.items()})
-    for state in preloaded.values():
-        shapes.update({k: tuple(t.shape) for k, t in state.items()})
-    names = set(shapes) | set(found.weight_map)
-    model_state = model.state_dict(keep_vars=True)
-    tied_with = {n: [m for m in g if m != n] for g in tied for n in g}
-    missing = [
-        k
-        for k in model_state
-        if k not in names and not any(m in names for m in tied_with.get(k, ()))
-    ]
-    unexpected = [k for k in names if k not in model_state]
-    wrong_shape = [
-        f"{k}: checkpoint {list(shapes[k])}, model {list(model_state[k].shape)}"
-        for k in model_state
-        if k in shapes and tuple(model_state[k].shape) != shapes[k]
-    ]
-    if wrong_shape:
+    """A ``.bin`` shard loaded again for streaming must hold what the check pass saw."""
+    now = {
+        k: TensorSpec(v.dtype, tuple(v.shape))
+        for k, v in state.items()
+        if isinstance(v, torch.Tensor)
+    }
+    if now != checked:
+        changed = sorted(k for k in now.keys() | checked.keys() if now.get(k) != checked.get(k))
         raise CheckpointError(
-            f"the checkpoint {checkpoint} has tensors whose shapes differ from the model's: "
-            + "; ".join(wrong_shape[:10])
-            + ". Build the model from the configuration the checkpoint was saved with."
+            f"{path} changed while the checkpoint was being loaded: {changed[:5]} differ from "
+            f"what the check pass read. Load it again once nothing is writing to it."
         )
-    left_on_meta = [k for k in missing if model_state[k].device.type == "meta"]
-    if (strict and (missing or unexpected)) or left_on_meta:
-        raise CheckpointError(mismatch_message(checkpoint, missing, unexpected, list(model_state)))
-    if missing or unexpected:
-        logger.warning(mismatch_message(checkpoint, missing, unexpected, list(model_state)))
 
 
 def _alias_tied(
