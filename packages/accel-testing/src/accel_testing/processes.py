@@ -6,7 +6,9 @@ the workers are separate interpreters.
 
 A worker is either a script (``script=path``, run as ``__main__``) or a top-level function of a
 Python file (``function="path/to/file.py::name"``), so a test module can keep its worker code next
-to its assertions.
+to its assertions. Either runs under accel-launch's worker bootstrap, which ends the process with
+the exit code Python would give but without interpreter finalization (see
+``accel_launch.launch.finish``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Workers end through accel-launch's bootstrap (accel_launch.launch.finish), as under `accel
+# launch`: the exit code Python would give, without the interpreter finalization that can abort a
+# process that used torch.distributed.
+_SCRIPT_RUNNER = ["-m", "accel_launch.launch.worker"]
 _FUNCTION_RUNNER = (
+    "import runpy, sys; from accel_launch.launch.finish import run_and_finish; "
+    "path, name = sys.argv[1].rsplit('::', 1); sys.argv = [path, *sys.argv[2:]]; "
+    "run_and_finish(lambda: runpy.run_path(path, run_name='accel_testing_worker')[name]())"
+)
+_PLAIN_FUNCTION_RUNNER = (
     "import runpy, sys; path, name = sys.argv[1].rsplit('::', 1); sys.argv = [path, *sys.argv[2:]];"
     " runpy.run_path(path, run_name='accel_testing_worker')[name]()"
 )
@@ -64,22 +75,26 @@ def run_workers(
     env: Mapping[str, str] | None = None,
     timeout: float = 120.0,
     check: bool = True,
+    bootstrap: bool = True,
 ) -> list[WorkerResult]:
     """Run ``nprocs`` workers to completion and return their results, ordered by rank.
 
     ``env`` is added to each worker's environment (after the torchrun variables, so a test can
     override them, for example ``WORLD_SIZE='abc'``). With ``check`` (the default) a worker that
     exits non-zero raises :class:`WorkersFailed` carrying every rank's output; a run that exceeds
-    ``timeout`` seconds kills all workers and raises too.
+    ``timeout`` seconds kills all workers and raises too. ``bootstrap=False`` runs the worker in
+    a plain interpreter (``python script.py``), with its ordinary exit and finalization.
     """
     if (script is None) == (function is None):
         raise ValueError("run_workers needs exactly one of script= or function=")
     if nprocs < 1:
         raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    runner = _SCRIPT_RUNNER if bootstrap else []
+    function_runner = _FUNCTION_RUNNER if bootstrap else _PLAIN_FUNCTION_RUNNER
     command = (
-        [sys.executable, str(script), *args]
+        [sys.executable, *runner, str(script), *args]
         if script is not None
-        else [sys.executable, "-c", _FUNCTION_RUNNER, str(function), *args]
+        else [sys.executable, "-c", function_runner, str(function), *args]
     )
     port = str(free_port())
     procs = []

@@ -10,7 +10,10 @@ in each worker. This module (standard library only, so it costs nothing measurab
    to the worker's ``TORCHELASTIC_ERROR_FILE`` (the console output is unchanged);
 3. runs the script as ``__main__`` (``sys.argv`` and ``sys.path[0]`` as Python would set them);
 4. on an uncaught exception, writes the error file in torch's format (what ``@record`` writes)
-   and prints the traceback without this module's frames; the exit code is 1, as in Python.
+   and prints the traceback without this module's frames; the exit code is 1, as in Python;
+5. ends the process through :func:`accel_launch.launch.finish.finish` (threads, ``atexit``
+   handlers and file buffers as at a normal exit, then ``os._exit``), because interpreter
+   finalization can abort a process that used torch.distributed (see that module).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import time
 import traceback
 from types import TracebackType
 from typing import IO, Any
+
+from accel_launch.launch.finish import run_and_finish
 
 OUTPUT_LOG = "output.log"
 LAUNCHER_PID = "ACCEL_LAUNCHER_PID"
@@ -109,7 +114,8 @@ def main(argv: list[str]) -> None:
         log = open(os.path.join(folder, OUTPUT_LOG), "w", encoding="utf-8")  # noqa: SIM115
         sys.stdout = _Tee(sys.stdout, log)  # type: ignore[assignment]
         sys.stderr = _Tee(sys.stderr, log)  # type: ignore[assignment]
-    try:
+
+    def run() -> None:
         if argv[0] == "-m":
             sys.argv = [argv[1], *argv[2:]]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
@@ -118,14 +124,14 @@ def main(argv: list[str]) -> None:
             sys.argv = [script, *argv[1:]]
             sys.path[0] = os.path.dirname(os.path.abspath(script))
             runpy.run_path(script, run_name="__main__")
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException as error:
+
+    def report(error: BaseException) -> None:
         error.__traceback__ = _user_frames(error.__traceback__)
         if error_file:
             _write_error_file(error_file, error)
         sys.excepthook(type(error), error, error.__traceback__)
-        raise SystemExit(1) from None
+
+    run_and_finish(run, report)
 
 
 if __name__ == "__main__":
