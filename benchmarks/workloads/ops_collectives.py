@@ -7,7 +7,8 @@ run with its own venv's python). Implementations named together are interleaved 
 CALLS calls of one operation; the per-call time is the round's time divided by CALLS, and the
 figure is the median over ROUNDS rounds after warm-up. ``OPS_ROWS`` (default 1024 rows of 1024
 floats) changes the tensor size; ``OPS_ONLY`` times a single operation. Rank 0 prints one JSON
-object: {impl: {op: seconds per call}}.
+object: {impl: {op: seconds per call}}, plus ``accel_recording``: the seconds per collective
+that accel-ops spends recording what it is in (for the hang report).
 """
 
 from __future__ import annotations
@@ -80,6 +81,20 @@ def accelerate_table(rank: int, world: int) -> dict:
     }
 
 
+def recording_seconds(inputs: dict) -> float:
+    """Seconds per collective of accel-ops' in-flight record (begin + end), median of 5 runs."""
+    from accel_ops import inflight
+
+    tensor = next(iter(inputs.values()))
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(100_000):
+            inflight.end(inflight.begin("gather", tensor))
+        runs.append((time.perf_counter() - start) / 100_000)
+    return statistics.median(runs)
+
+
 def main() -> None:
     impls = sys.argv[1].split(",")
     rounds, calls = int(sys.argv[2]), int(sys.argv[3])
@@ -119,12 +134,11 @@ def main() -> None:
                 if round_index >= 2:
                     times[impl][op].append(elapsed)
     dist.barrier()
+    result = {i: {op: statistics.median(v) for op, v in t.items()} for i, t in times.items()}
+    if "accel" in impls:
+        result["accel_recording"] = recording_seconds(inputs)
     if rank == 0:
-        print(
-            json.dumps(
-                {i: {op: statistics.median(v) for op, v in t.items()} for i, t in times.items()}
-            )
-        )
+        print(json.dumps(result))
     dist.destroy_process_group()
 
 

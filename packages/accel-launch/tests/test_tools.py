@@ -1,4 +1,5 @@
-"""``accel test``, ``accel merge-weights`` and ``accel estimate-memory`` through the command."""
+"""``accel merge-weights`` and ``accel estimate-memory`` through the command (``accel test``:
+test_selfcheck.py)."""
 
 from __future__ import annotations
 
@@ -11,51 +12,6 @@ from conftest import SCRIPTS, clean_env, run_accel
 
 from accel_launch import AccelLaunchError
 from accel_launch.estimate import estimate, format_table, human
-
-
-@pytest.mark.multiprocess
-@pytest.mark.slow
-def test_accel_test_runs_every_check_on_two_processes(tmp_path: Path):
-    done = run_accel("test", "--num_processes", "2", env=clean_env(XDG_CONFIG_HOME=str(tmp_path)))
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
-    for check in (
-        "process group: rank 0 of 2, gloo",
-        "torch.distributed all_reduce: sum of ranks = 1",
-        "torch.distributed all_gather: gathered [0, 1]",
-        "torch.distributed broadcast",
-        "torch.distributed barrier",
-    ):
-        assert f"PASS {check}" in out
-    for package, line in (
-        ("accel_ops", "PASS accel_ops.gather: gathered [0, 1]"),
-        ("accel_core", "PASS accel_core.Accelerator training steps"),
-    ):
-        if importlib.util.find_spec(package) is not None:
-            assert line in out
-        else:
-            assert f"SKIP {package} checks: not installed (pip install accel-ops accel-core)" in out
-    assert "accel test: all checks passed on 2 processes." in out
-    assert "FAIL" not in out
-
-
-def test_self_check_without_accel_ops_says_what_to_install(monkeypatch, capsys):
-    from accel_launch import selfcheck
-
-    real = importlib.util.find_spec
-    hidden = ("accel_ops", "accel_core")
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda n, *a: None if n in hidden else real(n, *a)
-    )
-    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(name, raising=False)
-    assert selfcheck.main() == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "PASS process group: rank 0 of 1, gloo"
-    assert "PASS torch.distributed all_gather: gathered [0]" in lines
-    assert "SKIP accel_ops checks: not installed (pip install accel-ops accel-core)" in lines
-    assert "SKIP accel_core checks: not installed (pip install accel-ops accel-core)" in lines
-    assert lines[-1] == "accel test: all checks passed on 1 process."
 
 
 @pytest.mark.multiprocess

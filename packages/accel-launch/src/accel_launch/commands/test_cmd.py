@@ -1,8 +1,18 @@
-"""``accel test``: a short distributed self-check through the real launcher."""
+"""``accel test``: a short distributed self-check through the real launcher.
+
+``accel test [--config_file F] [--num_processes N]`` resolves the launch exactly as
+``accel launch --quiet [--config_file F] [--num_processes N] selfcheck/__main__.py`` does, says
+how many processes that is and why, and launches :mod:`accel_launch.selfcheck` (its
+``__main__.py``, by path) with that number as the world size to expect: a launch that starts
+another number of processes fails the check. The exit code is the self-check's: 0 when every
+check passed, 1 when one failed (2 for a config error).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 from typing import Any
 
 from accel_launch.commands import add_config_file_argument
@@ -30,15 +40,36 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     return parser
 
 
+def selfcheck_script() -> str:
+    """The path of the self-check's ``__main__.py`` (found without importing it, so without torch).
+
+    Run by path, as ``python FILE`` (one process) or by ``accel_launch.launch.worker FILE``
+    (several), it imports its sibling modules absolutely, from the installed package.
+    """
+    spec = importlib.util.find_spec("accel_launch.selfcheck")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        script = os.path.join(folder, "__main__.py")
+        if os.path.isfile(script):
+            return script
+    raise FileNotFoundError("accel_launch/selfcheck/__main__.py is missing: reinstall accel-launch")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Launch the self-check script with ``accel launch``'s machinery."""
-    from accel_launch import selfcheck
-    from accel_launch.cli import main
+    """Resolve the launch as ``accel launch`` would, then start the self-check with it."""
+    from accel_launch.cli import build_parser
+    from accel_launch.commands.launch_cmd import load_plan
 
     argv = ["launch", "--quiet"]
     if args.config_file:
         argv += ["--config_file", args.config_file]
     if args.num_processes is not None:
         argv += ["--num_processes", str(args.num_processes)]
-    print("accel test: running the self-check ...", flush=True)
-    return main([*argv, selfcheck.__file__])
+    launch_args = build_parser().parse_args([*argv, selfcheck_script()])
+    plan = load_plan(launch_args)
+    world = plan.world_size
+    asked_by = f"num_processes {plan['num_processes']} from {plan.values['num_processes'].source}"
+    launch_args.training_script_args = ["--world-size", str(world), "--asked-by", asked_by]
+    noun = "process" if world == 1 else "processes"
+    print(f"accel test: running the self-check on {world} {noun} ({asked_by}) ...", flush=True)
+    return int(launch_args.run(launch_args))

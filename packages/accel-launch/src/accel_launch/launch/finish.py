@@ -87,7 +87,8 @@ def finish(code: int) -> NoReturn:
         except (OSError, ValueError, AttributeError):
             pass
     for candidate in gc.get_objects():
-        if isinstance(candidate, io.IOBase):
+        # type(), not isinstance(): reading __class__ of some objects warns (torch's reduce_op)
+        if issubclass(type(candidate), io.IOBase):
             try:
                 if not candidate.closed and candidate.writable():
                     candidate.flush()
