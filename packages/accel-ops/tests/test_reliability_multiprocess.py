@@ -1,5 +1,5 @@
-"""Real processes on gloo: tensors that require grad, mismatched inputs without debug mode, the
-in-flight record of a waiting rank, and a clean exit without any teardown by the user.
+"""Real processes on gloo: tensors that require grad, mismatched inputs, the in-flight record
+of a waiting rank, and a clean exit without any teardown by the user.
 
 One worker function per concern, each run once on 2 processes (and the mismatch one on 3): a
 worker prints one ``REPORT <json>`` line and the test asserts on every rank's report.
@@ -83,8 +83,21 @@ def mismatch_worker():
     state = ao.PartialState()
     assert not state.debug
     rank = state.process_index
-    cases = {
-        # different sizes: gloo would hand out garbage or abort the process
+    # Caught in any mode: pad_across_processes compares a fingerprint inside its size exchange.
+    always = {
+        # along dim 0 sizes may differ; along dim 1 they must not
+        "pad_other_dim": lambda: ao.pad_across_processes(torch.ones(rank + 1, rank + 2)),
+        "pad_dtype": lambda: ao.pad_across_processes(
+            torch.ones(rank + 1, dtype=torch.int32 if rank else torch.float)
+        ),
+        "pad_structure": lambda: ao.pad_across_processes({"k": [torch.ones(2)] * (rank + 1)}),
+        # more than six tensors: the sizes take a second all-gather
+        "pad_many": lambda: ao.pad_across_processes(
+            [torch.ones(1 + rank, 2)] * 7 + [torch.ones(rank + 1)] * rank
+        ),
+    }
+    # Caught in debug mode (without it, gloo would hand out garbage or abort the process).
+    debug = {
         "gather_rows": lambda: ao.gather(torch.ones(rank + 1, 2)),
         # same bytes, other dtype: would be misread silently
         "gather_dtype": lambda: ao.gather(
@@ -94,25 +107,22 @@ def mismatch_worker():
         "gather_shape": lambda: ao.gather(torch.ones((2, 3) if rank else (3, 2))),
         "gather_structure": lambda: ao.gather([torch.ones(2)] * (rank + 1)),
         "reduce": lambda: ao.reduce(torch.ones(rank + 2)),
+        "broadcast": lambda: ao.broadcast(torch.ones(rank + 2)),
         # a rank that calls another collective at the same point: an error, not a hang
         "different_collectives": lambda: (
             ao.broadcast(torch.ones(2)) if rank == 1 else ao.gather(torch.ones(2))
         ),
-        "broadcast": lambda: ao.broadcast(torch.ones(rank + 2)),
-        # along dim 0 sizes may differ; along dim 1 they must not
-        "pad_other_dim": lambda: ao.pad_across_processes(torch.ones(rank + 1, rank + 2)),
-        "pad_structure": lambda: ao.pad_across_processes({"k": [torch.ones(2)] * (rank + 1)}),
-        "pad_many": lambda: ao.pad_across_processes(
-            [torch.ones(1 + rank, 2)] * 7 + [torch.ones(rank + 1)] * rank
-        ),
     }
     out = {}
-    for name, case in cases.items():
-        try:
-            case()
-            out[name] = "no error"
-        except ao.DistributedOperationException as error:
-            out[name] = str(error)
+    for cases, mode in ((always, False), (debug, True)):
+        state.debug = mode
+        for name, case in cases.items():
+            try:
+                case()
+                out[name] = "no error"
+            except ao.DistributedOperationException as error:
+                out[name] = str(error)
+    state.debug = False
     # After every refused call the group still works, with the right values.
     out["after"] = ao.gather(torch.tensor([rank])).tolist()
     padded = ao.pad_across_processes([torch.ones(rank + 1, 2)] * 8, dim=0)
@@ -121,24 +131,25 @@ def mismatch_worker():
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_mismatched_inputs_raise_on_every_rank_without_debug_mode(n):
+def test_mismatched_inputs_raise_on_every_rank(n):
     results = run_workers(n, function=f"{__file__}::mismatch_worker", timeout=120)
     for report in _reports(results):
+        for name in ("pad_other_dim", "pad_dtype", "pad_structure", "pad_many"):
+            assert report[name].startswith("pad_across_processes: the ranks passed"), name
+        assert "rank 1: shape (*, 3) float32" in report["pad_other_dim"]
+        assert "rank 0: shape (*, 2) float32" in report["pad_other_dim"]
+        assert "rank 1: shape (*) int32" in report["pad_dtype"]
         for name in ("gather_rows", "gather_dtype", "gather_shape", "gather_structure"):
             assert report[name].startswith("gather: the ranks passed different shapes"), name
         assert "rank 0: shape (1, 2) float32" in report["gather_rows"]
         assert "rank 1: shape (2, 2) float32" in report["gather_rows"]
-        assert "rank 0: shape (2) float32" in report["gather_dtype"]
         assert "rank 1: shape (2) int32" in report["gather_dtype"]
         assert "rank 1: shape (2, 3) float32" in report["gather_shape"]
         assert report["reduce"].startswith("reduce: the ranks passed different shapes")
+        assert report["broadcast"].startswith("broadcast: the ranks passed different shapes")
         assert "the ranks called different collectives" in report["different_collectives"]
         assert "rank 1: broadcast of shape (2) float32" in report["different_collectives"]
         assert "rank 0: gather of shape (2) float32" in report["different_collectives"]
-        assert report["broadcast"].startswith("broadcast: the ranks passed different shapes")
-        for name in ("pad_other_dim", "pad_structure", "pad_many"):
-            assert report[name].startswith("pad_across_processes: the ranks passed"), name
-        assert "rank 1: shape (*, 3) float32" in report["pad_other_dim"]
         assert report["after"] == list(range(n))
         assert report["pad_many_ok"] == [[n, 2]] * 8
 

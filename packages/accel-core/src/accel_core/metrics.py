@@ -4,7 +4,10 @@ Sharded evaluation repeats samples at the end so every process gets a full last 
 ``even_batches``); gathering then returns duplicates. On the last batch of the data loader the
 gathered result is cut to ``GradientState.remainder`` samples (``accel_ops.drop_duplicated_tail``).
 Without ``even_batches`` the last batches differ in length across processes; they are padded for
-the gather and the padding removed again.
+the gather and the padding removed again. On the last batch the ranks exchange their lengths with
+the rest of each tensor's shape and its dtype, so tensors that differ beyond dim 0 are an error on
+every rank (gloo would otherwise return garbage or abort). Earlier batches go straight to
+``gather``, which compares inputs only in debug mode (see ``accel_ops.collectives``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,32 @@ def _first_dims(data: Any) -> list[int]:
     return [n for value in values for n in _first_dims(value)]
 
 
+def _leaf_specs(data: Any) -> list[str]:
+    """Each tensor's shape beyond dim 0 and its dtype, e.g. ``"(*, 10) float32"``."""
+    if isinstance(data, torch.Tensor):
+        rest = ", ".join(str(size) for size in data.shape[1:])
+        shape = f"(*, {rest})" if rest else "(*)"
+        return [f"{shape} {str(data.dtype).replace('torch.', '')}"]
+    values = data.values() if isinstance(data, dict) else data
+    return [spec for value in values for spec in _leaf_specs(value)]
+
+
+def _check_same_specs(everyone: list[list[Any]]) -> None:
+    """Raise on every rank when the ranks' tensors differ beyond dim 0 (they all see the same)."""
+    from accel_ops import DistributedOperationException
+
+    specs = [rank_specs for _, rank_specs in everyone]
+    if all(rank_specs == specs[0] for rank_specs in specs):
+        return
+    per_rank = "\n".join(f"  rank {r}: {'; '.join(s) or '(nothing)'}" for r, s in enumerate(specs))
+    raise DistributedOperationException(
+        "gather_for_metrics: the ranks passed tensors that differ beyond the first dimension (or "
+        "in dtype or structure), so they can't be gathered. Only the batch dimension may differ; "
+        "pad the others with accelerator.pad_across_processes(..., dim=...) first. "
+        f"Found:\n{per_rank}"
+    )
+
+
 def _gather_uneven(data: Any, lengths: list[list[int]]) -> Any:
     """Gather tensors whose first dimension differs across processes, without padding rows."""
     from accel_ops import gather, pad_across_processes, recursively_apply
@@ -63,8 +92,11 @@ def gather_for_metrics(accelerator: Accelerator, input_data: Any, use_gather_obj
     if use_gather_object:
         data = gather_object(input_data)
     elif at_end and accelerator.use_distributed:
-        # Only the last batch can differ in length between processes: check it there.
-        lengths = gather_object([_first_dims(input_data)])
+        # Only the last batch can differ in length between processes: check it there, with
+        # the rest of each tensor's shape and its dtype (the exchange happens anyway).
+        everyone = gather_object([(_first_dims(input_data), _leaf_specs(input_data))])
+        _check_same_specs(everyone)
+        lengths = [rank_lengths for rank_lengths, _ in everyone]
         uneven = any(rank_lengths != lengths[0] for rank_lengths in lengths)
         data = _gather_uneven(input_data, lengths) if uneven else gather(input_data)
     else:

@@ -139,8 +139,8 @@ def describe(data: Any, loose_dim: int | None = None) -> list[str]:
 def verify(operation: str, comm: Comm, data: Any, loose_dim: int | None = None) -> None:
     """Compare the collective, shapes and dtypes across ranks; raise on every rank if they differ.
 
-    Runs before every collective in debug mode, and after :func:`check_same_inputs` found that
-    the fingerprints differ, to say how.
+    Runs before every collective in debug mode, and in ``pad_across_processes`` when the
+    fingerprints that travel with the sizes differ, to say how.
     """
     mine = (operation, describe(data, loose_dim))
     everyone: list[Any] = [None] * comm.world_size
@@ -174,49 +174,9 @@ def verify(operation: str, comm: Comm, data: Any, loose_dim: int | None = None) 
     )
 
 
-def check_same_inputs(operation: str, comm: Comm, data: Any, loose_dim: int | None = None) -> None:
-    """Make sure every rank passes the same structure, shapes and dtypes, before any data moves.
-
-    Ranks whose tensors differ in size would make gloo return another rank's bytes as garbage, or
-    abort the process (SIGABRT) when more bytes arrive than expected; same-sized tensors of another
-    dtype are silently misread. So each rank sends a fingerprint (the number of tensors and a
-    CRC-32 of the operation's name and their shapes and dtypes, ``loose_dim`` excluded) in one
-    small all-gather; when they differ, every rank raises the same error listing each rank's
-    collective and tensors (found with :func:`verify`). So a rank that calls ``broadcast`` where
-    the others call ``gather`` is an error too, not a hang. In debug mode :func:`verify` runs
-    directly.
-    """
-    if comm.debug:
-        verify(operation, comm, data, loose_dim)
-        return
-    lines = describe(data, loose_dim)
-    mine = torch.tensor(
-        fingerprint(operation, lines), dtype=torch.int64, device=_first_device(data)
-    )
-    everyone = mine.new_empty(comm.world_size * mine.numel())
-    call(operation, comm, _ALL_GATHER, everyone, mine, group=comm.group, inputs=data)
-    if bool((everyone.view(comm.world_size, -1) == mine).all()):
-        return
-    verify(operation, comm, data, loose_dim)
-
-
 def fingerprint(operation: str, lines: list[str]) -> list[int]:
     """``[number of tensors, CRC-32 of the operation and their descriptions]``.
 
     Equal on ranks that call the same collective with equal inputs.
     """
     return [len(lines), zlib.crc32("\n".join([operation, *lines]).encode())]
-
-
-def _first_device(data: Any) -> torch.device:
-    if isinstance(data, torch.Tensor):
-        return data.device
-    found: list[torch.device] = []
-
-    def note(tensor: torch.Tensor) -> torch.Tensor:
-        if not found:
-            found.append(tensor.device)
-        return tensor
-
-    _walk(note, data, (), {}, lambda leaf: isinstance(leaf, torch.Tensor), False)
-    return found[0] if found else torch.device("cpu")

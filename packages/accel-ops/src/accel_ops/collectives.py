@@ -3,7 +3,10 @@
 Each function takes plain data and an optional ``group=`` (a ``torch.distributed`` process group).
 Without one it uses the current :class:`~accel_ops.PartialState`; when there is no state, or only
 one process, nothing is communicated and the one-process result is returned (documented per
-function). In debug mode the ranks first compare shapes and dtypes (see ``_comm.verify``).
+function). In debug mode the ranks first compare the collective, shapes and dtypes (see
+``_comm.verify``); without it only ``pad_across_processes`` compares them, inside the size exchange
+it makes anyway. A check before ``gather``, ``broadcast`` or ``reduce`` would cost one more small
+collective (about 0.5 ms on loopback gloo: 7% of a 4 MB gather, a third of a 4 MB broadcast).
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ def gather(tensor: Any, group: Any = None) -> Any:
     comm = _comm.resolve(group)
     if comm is None:
         return tensor
-    _comm.check_same_inputs("gather", comm, tensor)
+    if comm.debug:
+        _comm.verify("gather", comm, tensor)
     return apply_to_tensors("gather", _gather_one, tensor, comm)
 
 
@@ -75,7 +79,8 @@ def broadcast(tensor: Any, from_process: int = 0, group: Any = None) -> Any:
     if comm is None:
         return tensor
     _check_source("broadcast", from_process, comm)
-    _comm.check_same_inputs("broadcast", comm, tensor)
+    if comm.debug:
+        _comm.verify("broadcast", comm, tensor)
     return apply_to_tensors("broadcast", _broadcast_one, tensor, comm, from_process)
 
 
@@ -136,8 +141,8 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0, group: Any 
     if reduction not in _REDUCTIONS:
         raise ValueError(f"reduce(reduction={reduction!r}) is not one of {', '.join(_REDUCTIONS)}")
     comm = _comm.resolve(group)
-    if comm is not None and reduction != "none":
-        _comm.check_same_inputs("reduce", comm, tensor)
+    if comm is not None and comm.debug and reduction != "none":
+        _comm.verify("reduce", comm, tensor)
     return apply_to_tensors("reduce", _reduce_one, tensor, comm, reduction, scale)
 
 
