@@ -96,7 +96,7 @@ def _longest_sizes(
 ) -> list[int]:
     """The largest size along ``dim`` of each leaf over all ranks (-1: the leaf has no ``dim``).
 
-    The sizes travel with the fingerprint of :func:`accel_ops._comm.check_same_inputs` (every
+    The sizes travel with a fingerprint (:func:`accel_ops._comm.fingerprint`: the collective, every
     other dimension and the dtypes), in one all-gather of fixed length: the first
     :data:`_SIZES_WITH_FINGERPRINT` sizes, and the rest in a second one only when there are more.
     Ranks that pass different structures therefore raise the same clear error, in any mode.
