@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import socket
 import subprocess
 import sys
@@ -93,7 +94,7 @@ def test_env_reports_versions_and_config(tmp_path: Path):
     done = run_accel("env", "--config_file", str(FIXTURES / "multi_cpu.yaml"))
     assert done.returncode == 0, done.stderr
     assert f"Python: {sys.version.split()[0]}" in done.stdout
-    assert "accel-launch: 0.1.0" in done.stdout
+    assert f"accel-launch: {importlib.metadata.version('accel-launch')}" in done.stdout
     assert "RAM:" in done.stdout and "torch:" in done.stdout
     assert "distributed_type: MULTI_CPU" in done.stdout
 

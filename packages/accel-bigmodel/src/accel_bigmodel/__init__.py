@@ -73,7 +73,7 @@ from accel_bigmodel.whole_model_offload import (
 )
 from accel_ops import TensorInformation
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "AlignDevicesHook",

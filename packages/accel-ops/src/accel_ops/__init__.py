@@ -97,7 +97,7 @@ from accel_ops.tree import (
 )
 from accel_ops.versions import compare_versions, is_torch_version
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 __all__ = [
     "MODEL_NAME",

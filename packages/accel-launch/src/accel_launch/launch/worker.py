@@ -28,6 +28,7 @@ import traceback
 from types import TracebackType
 from typing import IO, Any
 
+from accel_launch.launch import finish
 from accel_launch.launch.finish import run_and_finish
 
 OUTPUT_LOG = "output.log"
@@ -76,9 +77,9 @@ def _write_error_file(path: str, error: BaseException) -> None:
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
-    """Drop this bootstrap's and runpy's frames from the front of a traceback."""
+    """Drop this bootstrap's, :mod:`finish`'s and runpy's frames from the front of a traceback."""
     while tb is not None and (
-        tb.tb_frame.f_code.co_filename in (__file__, "<frozen runpy>")
+        tb.tb_frame.f_code.co_filename in (__file__, finish.__file__, "<frozen runpy>")
         or tb.tb_frame.f_code.co_filename.endswith("runpy.py")
     ):
         tb = tb.tb_next
