@@ -1,7 +1,8 @@
 """Run every benchmarks/bench_*.py module and write benchmarks/RESULTS.md.
 
 Usage: ``nox -s bench`` (builds the Hugging Face Accelerate venv), or directly
-``python benchmarks/run.py [--quick] [name ...]`` where a name selects modules by substring.
+``python benchmarks/run.py [--quick] [name ...]`` where a name selects modules by substring; a
+run of selected modules replaces only their sections of an existing RESULTS.md.
 """
 
 from __future__ import annotations
@@ -56,9 +57,31 @@ def main() -> int:
         table = markdown(module.TITLE, rows)
         print(table, flush=True)
         sections.append(table)
-    Path(args.output).write_text("\n".join(sections))
+    output = Path(args.output)
+    if args.names and output.exists():
+        sections = _merged(output.read_text(), sections)
+    output.write_text("\n".join(sections))
     print(f"wrote {args.output}")
     return 1 if failures else 0
+
+
+def _merged(previous: str, sections: list[str]) -> list[str]:
+    """``previous`` with the ``### `` sections measured now replaced (a partial run keeps the rest).
+
+    The header of ``previous`` stays, followed by a line naming what this run measured again.
+    """
+    old_parts = previous.split("\n### ")
+    new_tables = {part.split("\n", 1)[0][4:]: part for part in sections if part.startswith("### ")}
+    merged = [old_parts[0].rstrip(), ""]
+    merged.append(
+        f"Measured again {time.strftime('%Y-%m-%d')}: {', '.join(new_tables) or 'nothing'}."
+    )
+    merged.append("")
+    for part in old_parts[1:]:
+        title = part.split("\n", 1)[0]
+        merged.append(new_tables.pop(title, "### " + part).rstrip() + "\n")
+    merged += [table.rstrip() + "\n" for table in new_tables.values()]
+    return merged
 
 
 if __name__ == "__main__":
