@@ -86,12 +86,6 @@ def failed(error: BaseException) -> None:
         reporter.write(_record(reporter.rank, "failed", slot, str(error)[:_ERROR_CHARS]))
 
 
-def current() -> dict[str, Any] | None:
-    """The collective in flight as a record (without ``rank``/``pid``), or None outside any."""
-    slot = _current
-    return None if slot is None else _record(-1, "waiting", slot)
-
-
 def _describe_inputs(inputs: Any) -> str:
     if inputs is None:
         return ""
@@ -154,11 +148,9 @@ class _Reporter(threading.Thread):
         record["rank"] = self.rank
         temporary = self.path.with_name(f".{self.path.name}.{threading.get_ident()}.tmp")
         with self._lock:
-            self._failed = record["state"] == "failed" or (
-                self._failed and record["state"] == "exited"
-            )
-            if self._failed and record["state"] == "exited":
-                return
+            if record["state"] == "exited" and self._failed:
+                return  # the failure says more than "exited"
+            self._failed = record["state"] == "failed"
             try:
                 temporary.write_text(json.dumps(record), encoding="utf-8")
                 os.replace(temporary, self.path)
