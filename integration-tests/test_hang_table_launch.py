@@ -69,7 +69,16 @@ def test_a_rank_sleeping_outside_any_collective_is_reported(tmp_path: Path):
 
 @pytest.mark.multiprocess
 def test_a_deadlock_in_different_collectives_ends_with_the_table_in_the_summary(tmp_path: Path):
-    proc = _launch(tmp_path, "other", "--hang-report-after", "1", ACCEL_PROCESS_GROUP_TIMEOUT="6")
+    logs = str(tmp_path / "logs")
+    proc = _launch(
+        tmp_path,
+        "other",
+        "--hang-report-after",
+        "1",
+        "--log_dir",
+        logs,
+        ACCEL_PROCESS_GROUP_TIMEOUT="6",
+    )
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 1, err
     summary = err[err.index("accel launch: the job failed on machine 0") :]

@@ -46,7 +46,9 @@ def _leftovers(job: Path) -> list[int]:
 
 
 def _run(job: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    command = [*_accel(), "launch", "--quiet", "--cpu", "--num_processes", "2", str(job)]
+    command = [*_accel(), "launch", "--quiet", "--cpu", "--num_processes", "2"]
+    # a failed job keeps its logs: keep them in the test's folder, not in /tmp
+    command += ["--log_dir", str(job.parent / "logs"), str(job)]
     return subprocess.run(
         command, env=_environment(**env), capture_output=True, text=True, timeout=120
     )

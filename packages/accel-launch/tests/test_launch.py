@@ -228,6 +228,8 @@ def test_a_failing_rank_stops_the_job_with_a_summary_first(tmp_path: Path):
         "launch",
         "--num_processes",
         "2",
+        "--log_dir",
+        str(tmp_path / "logs"),
         str(SCRIPTS / "fail.py"),
         env=clean_env(OUT=str(tmp_path)),
         timeout=90,
@@ -282,7 +284,16 @@ def test_a_signal_stops_every_process(tmp_path: Path, sig: signal.Signals):
 
 def test_workers_stop_when_the_launcher_is_killed(tmp_path: Path):
     proc = subprocess.Popen(
-        [*accel_command(), "launch", "--num_processes", "2", str(SCRIPTS / "sleeper.py")],
+        # a killed launcher can't delete its log folder: keep it in the test's folder
+        [
+            *accel_command(),
+            "launch",
+            "--num_processes",
+            "2",
+            "--log_dir",
+            str(tmp_path / "logs"),
+            str(SCRIPTS / "sleeper.py"),
+        ],
         env=clean_env(OUT=str(tmp_path)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -198,6 +198,8 @@ def test_a_wrong_world_size_and_a_wrong_reference_fail_with_expected_and_got(tmp
         "--cpu",
         "--num_processes",
         "2",
+        "--log_dir",
+        str(tmp_path / "logs"),
         selfcheck_script(),
         "--world-size",
         "3",
