@@ -199,14 +199,9 @@ def test_profile_writes_a_chrome_trace(tmp_path):
     assert "traceEvents" in trace and "aten::mm" in trace
 
 
-def test_project_configuration_is_stored_and_checkpointing_is_not_faked(tmp_path):
-    accelerator = Accelerator(project_dir=tmp_path, log_with="tensorboard")
+def test_project_configuration_is_stored(tmp_path):
+    accelerator = Accelerator(project_dir=tmp_path)
     assert accelerator.project_dir == str(tmp_path) == accelerator.logging_dir
-    assert accelerator.log_with == "tensorboard"
-    with pytest.raises(NotImplementedError, match="later release"):
-        accelerator.save_state()
-    with pytest.raises(NotImplementedError, match="later release"):
-        accelerator.init_trackers("run")
     config = ProjectConfiguration(project_dir="a", logging_dir="b", total_limit=2)
     assert Accelerator(project_config=config).logging_dir == "b"
 

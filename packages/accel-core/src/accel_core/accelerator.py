@@ -32,17 +32,18 @@ from accel_core.kwargs_handlers import (
     ProfileKwargs,
     collect_handlers,
 )
+from accel_core.checkpointing.mixin import CheckpointingMixin
 from accel_core.optimizer import AcceleratedOptimizer
-from accel_core.pending import PendingFeaturesMixin
 from accel_core.precision import Precision
 from accel_core.process_api import ProcessMixin
 from accel_core.scheduler import AcceleratedScheduler
 from accel_core.state import AcceleratorState
 from accel_core.strategies import Strategy, SupportsJoin, resolve_strategy
+from accel_core.tracking.mixin import TrackingMixin
 from accel_ops import inflight
 
 
-class Accelerator(ProcessMixin, PendingFeaturesMixin):
+class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
     """Prepare a PyTorch training loop for any number of processes, precision and accumulation.
 
     Args:
@@ -56,7 +57,9 @@ class Accelerator(ProcessMixin, PendingFeaturesMixin):
         dataloader_config: how data loaders are sharded.
         deepspeed_plugin, fsdp_plugin: choose the DeepSpeed or FSDP strategy (accel-backends).
         rng_types: generators synchronised at each epoch (default ``["generator"]``).
-        log_with, project_dir, project_config: stored; trackers and checkpoints come later.
+        log_with: experiment trackers (names, ``LoggerType``s or ``GeneralTracker`` objects; "all").
+        project_dir, project_config: where checkpoints and local tracker logs go, automatic
+            checkpoint naming, ``total_limit``.
         gradient_accumulation_plugin: full accumulation options (instead of the steps count).
         step_scheduler_with_optimizer: advance prepared schedulers only with optimizer steps.
         kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
@@ -132,8 +135,8 @@ class Accelerator(ProcessMixin, PendingFeaturesMixin):
         self.project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             self.project_configuration.set_directories(project_dir)
-        self.log_with = log_with
-        self.trackers: list[Any] = []
+        self._setup_tracking(log_with)
+        self._setup_checkpointing()
         self.step = 0
         self._models: list[Any] = []
         self._optimizers: list[Any] = []
@@ -406,6 +409,26 @@ class Accelerator(ProcessMixin, PendingFeaturesMixin):
 
         save(obj, f, self.project_configuration.save_on_each_node, safe_serialization)
 
+    def load(self, f: str | os.PathLike[str], map_location: Any = None, **kwargs: Any) -> Any:
+        """Read what :meth:`save` wrote (``torch.load`` with ``weights_only=True`` by default)."""
+        from accel_core.serialization import load
+
+        return load(f, map_location=map_location, **kwargs)
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Save ``model``'s weights into ``save_directory`` in shards of at most
+        ``max_shard_size`` with an index file (safetensors by default). Call it on every
+        process; the main process writes."""
+        from accel_core.model_saving import save_model
+
+        save_model(self, model, save_directory, max_shard_size, safe_serialization)
+
     def free_memory(self, *objects: Any) -> list[Any]:
         """Forget every prepared object and release memory; returns ``objects`` as ``None``s."""
         from accel_core.memory import release_memory
@@ -467,8 +490,10 @@ class Accelerator(ProcessMixin, PendingFeaturesMixin):
         self.wait_for_everyone()
 
     def end_training(self) -> None:
-        """Finish the run: wait for every process, then let the strategy release what it holds
-        (no trackers exist to close yet)."""
+        """Finish the run: wait for an asynchronous save, finish the trackers, wait for every
+        process, then let the strategy release what it holds."""
+        self.wait_for_checkpoint()
+        self._finish_tracking()
         self.wait_for_everyone()
         self.strategy.teardown()
 

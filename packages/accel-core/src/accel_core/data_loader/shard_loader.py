@@ -10,13 +10,23 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.iterable_shard import IterableDatasetShard
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
+from accel_core.data_loader.progress import LoaderProgress, ResumePoint, restore_epoch_start
 from accel_core.data_loader.samplers import get_sampler, sampler_length
 from accel_core.gradient_state import GradientState
 
 STATEFUL_UNSUPPORTED = (
-    "use_stateful_dataloader=True needs torchdata's StatefulDataLoader, which accel 0.1 does not "
-    "support. Resume mid-epoch with accel_core.skip_first_batches(dataloader, num_batches) instead."
+    "use_stateful_dataloader=True is supported for sharded loaders only (DataLoaderShard), not "
+    "for dispatched batches or skip_first_batches copies. Resume those with "
+    "accel_core.skip_first_batches(dataloader, num_batches)."
 )
+
+
+def _positioned(resume: ResumePoint | None) -> None:
+    """Restore the checkpoint's random states once a resumed iteration is in place."""
+    if resume is not None and resume.rng_states is not None:
+        from accel_core.checkpointing import rng_states
+
+        rng_states.restore(resume.rng_states)
 
 
 class DataLoaderShard(DataLoader, DataLoaderStateMixin):
@@ -39,7 +49,8 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
         rng_types: generators to synchronise: ``"torch"``, ``"cuda"``, ``"xla"``, ``"generator"``.
         synchronized_generator: the ``torch.Generator`` synchronised for ``"generator"``.
         skip_batches: batches to skip at the start of each iteration.
-        use_stateful_dataloader: not supported (raises).
+        use_stateful_dataloader: must be False here; prepare_data_loader builds a
+            :class:`~accel_core.data_loader.stateful.StatefulDataLoaderShard` for True.
         iteration: the epoch the next iteration starts from.
         **kwargs: every other ``DataLoader`` argument (``batch_sampler``, ``num_workers``...).
     """
@@ -55,54 +66,91 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
         _drop_last: bool = False,
         _non_blocking: bool = False,
         iteration: int = 0,
+        _progress: LoaderProgress | None = None,
+        _skipped_by_sampler: int = 0,
         **kwargs: Any,
     ) -> None:
-        if use_stateful_dataloader:
+        if use_stateful_dataloader and not self._stateful:
             raise NotImplementedError(STATEFUL_UNSUPPORTED)
         super().__init__(dataset, **kwargs)
+        self.progress = _progress if _progress is not None else LoaderProgress(epoch=iteration)
+        self._skipped_by_sampler = _skipped_by_sampler
         self.device = device
         self.rng_types = list(rng_types) if rng_types is not None else None
         self.synchronized_generator = synchronized_generator
         self.skip_batches = skip_batches
-        self.use_stateful_dataloader = False
+        self.use_stateful_dataloader = self._stateful
         self.gradient_state = GradientState()
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
-        self.iteration = iteration
         self.reset()
+
+    #: True in the torchdata-based subclass.
+    _stateful = False
+
+    @property
+    def iteration(self) -> int:
+        """The epoch of the iteration in progress, or of the next one."""
+        return self.progress.epoch
+
+    @iteration.setter
+    def iteration(self, epoch: int) -> None:
+        self.progress.epoch = epoch
+
+    def _batches_already_consumed(self) -> int:
+        """Batches of the epoch this iteration starts after (the resume point must match)."""
+        return self._skipped_by_sampler + self.skip_batches
 
     def __iter__(self) -> Iterator[Any]:
         if self.rng_types:
             from accel_core.seeding import synchronize_rng_states
 
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
+        progress = self.progress
+        skipped = self._batches_already_consumed()
+        resume = progress.take_resume(skipped, type(self).__name__)
+        if resume is not None:
+            restore_epoch_start(resume, self.synchronized_generator)
         self.begin()
         try:
-            self.set_epoch(self.iteration)
+            self.set_epoch(progress.epoch)
+            progress.start(skipped, self.synchronized_generator)
             batches = super().__iter__()
             try:
                 current = next(batches)
             except StopIteration:
+                _positioned(resume)
+                progress.finish()
                 return
             index = 0
             while True:
                 if self.device is not None:
                     current = self._to_device(current)
+                if resume is not None and index >= self.skip_batches:
+                    # Positioned: from here on the random numbers are the checkpoint's.
+                    resume = _positioned(resume)
+                self._before_read_ahead()
                 try:
                     upcoming = next(batches)
                 except StopIteration:
                     self.end_of_dataloader = True
                     self._remainder_from_stream()
                     if index >= self.skip_batches:
+                        progress.batches += 1
                         yield current
                     break
                 if index >= self.skip_batches:
+                    progress.batches += 1
                     yield current
                 index += 1
                 current = upcoming
-            self.iteration += 1
+            _positioned(resume)
+            progress.finish()
         finally:
             self.end()
+
+    def _before_read_ahead(self) -> None:
+        """Called before each batch is read ahead (the stateful subclass records its state)."""
 
     def _to_device(self, batch: Any) -> Any:
         from accel_ops import send_to_device

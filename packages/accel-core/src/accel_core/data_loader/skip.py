@@ -142,7 +142,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             skip_batches=num_batches if skip_by_loading else 0,
             _drop_last=dataloader._drop_last,
             _non_blocking=dataloader._non_blocking,
-            iteration=dataloader.iteration,
+            _progress=dataloader.progress,
+            _skipped_by_sampler=0 if skip_by_loading else num_batches,
             **kwargs,
         )
     if skip_by_loading:

@@ -20,7 +20,32 @@ Call order, on every process, for one ``Accelerator``:
 6. ``model_state_dict(model)`` on every process when saving (the strategy decides which ranks hold
    what; the caller writes only what the main process returns unless the strategy shards), and
    ``load_model_state_dict(model, state_dict)`` on every process when loading.
-7. ``teardown()`` -- from ``Accelerator.end_training()``, after every process finished.
+7. Checkpoints (``Accelerator.save_state`` / ``load_state``), in the style of
+   torch.distributed.checkpoint's ``StorageWriter``: every call below happens on every process,
+   in this order, and the strategy decides which process writes which file.
+
+   Saving, into a :class:`~accel_core.checkpointing.CheckpointWriter` whose ``root`` is a
+   temporary folder that becomes the checkpoint only after every process returned:
+
+   a. ``checkpoint_model_states(models)`` -- the state dict of each prepared model as it will be
+      written (the save pre-hooks receive this list and may drop entries).
+   b. ``checkpoint_optimizer_states(optimizers)`` -- the state dict of each prepared optimizer.
+      With ``async_save`` the Accelerator copies both lists to CPU before training continues.
+   c. ``save_checkpoint(writer, weights, optimizer_states, safe_serialization=...)`` -- write
+      them (possibly from a background thread, when ``supports_async_save``). The default writes
+      ``model[_i].safetensors`` and ``optimizer[_i].bin`` from ``writer.is_writer`` processes,
+      Accelerate's names. A sharded strategy writes a shard per rank here (torch.distributed.
+      checkpoint under ``writer.path("pytorch_model_fsdp_0")``, or an engine's own
+      ``save_checkpoint(writer.root, ...)``) and calls ``writer.record(name)`` for what it wrote.
+   d. ``checkpoint_extra_state()`` -- JSON-serialisable strategy state kept in the manifest.
+
+   Loading, from a :class:`~accel_core.checkpointing.CheckpointReader` over a finished folder:
+
+   a. ``load_checkpoint(reader, models, optimizers, map_location=..., strict=...)`` -- read and
+      check everything first (keys, shapes, parameter groups), then load, so a mismatch changes
+      nothing.
+   b. ``load_extra_state(state)`` with what ``checkpoint_extra_state`` returned.
+8. ``teardown()`` -- from ``Accelerator.end_training()``, after every process finished.
 
 Optional abilities are small runtime-checkable protocols, tested with ``isinstance``:
 :class:`SupportsNoSync` (skip gradient synchronisation while accumulating), :class:`SupportsJoin`
@@ -39,6 +64,7 @@ import torch
 from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
+    from accel_core.checkpointing import CheckpointReader, CheckpointWriter
     from accel_core.state import AcceleratorState
 
 
@@ -90,6 +116,66 @@ class Strategy(ABC):
     @abstractmethod
     def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
         """Load ``state_dict`` into the (wrapped) model."""
+
+    #: Whether ``save_checkpoint`` may run in a background thread on CPU copies of the states.
+    supports_async_save: ClassVar[bool] = True
+
+    def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
+        """The state dict of each prepared model, as written into a checkpoint.
+
+        The default is each prepared model's own ``state_dict()`` (a DDP model's keys start with
+        ``module.``, as in Hugging Face Accelerate's checkpoints, so either library reads them).
+        """
+        return [model.state_dict() for model in models]
+
+    def checkpoint_optimizer_states(
+        self, optimizers: list[torch.optim.Optimizer]
+    ) -> list[dict[str, Any]]:
+        """The state dict of each prepared optimizer, as written into a checkpoint."""
+        return [optimizer.state_dict() for optimizer in optimizers]
+
+    def save_checkpoint(
+        self,
+        writer: CheckpointWriter,
+        weights: list[dict[str, Any]],
+        optimizer_states: list[dict[str, Any]],
+        *,
+        safe_serialization: bool = True,
+    ) -> None:
+        """Write model and optimizer states (default: from ``writer.is_writer`` processes)."""
+        from accel_core.checkpointing import names
+
+        if not writer.is_writer:
+            return
+        for index, state in enumerate(weights):
+            name = names.model_file(index, safe_serialization)
+            if safe_serialization:
+                writer.write_tensors(name, state)
+            else:
+                writer.write_object(name, state)
+        for index, state in enumerate(optimizer_states):
+            writer.write_object(names.optimizer_file(index), state)
+
+    def load_checkpoint(
+        self,
+        reader: CheckpointReader,
+        models: list[torch.nn.Module],
+        optimizers: list[torch.optim.Optimizer],
+        *,
+        map_location: str | torch.device = "cpu",
+        strict: bool = True,
+    ) -> None:
+        """Read every model and optimizer state, check it against its object, then load it."""
+        from accel_core.checkpointing import model_states
+
+        model_states.load_all(reader, models, optimizers, map_location=map_location, strict=strict)
+
+    def checkpoint_extra_state(self) -> dict[str, Any]:
+        """JSON-serialisable state of the strategy itself, stored in the manifest."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        """Restore what :meth:`checkpoint_extra_state` returned."""
 
     def clip_gradients_value(
         self, parameters: Iterable[torch.nn.Parameter], clip_value: float

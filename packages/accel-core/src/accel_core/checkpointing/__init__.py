@@ -1,0 +1,18 @@
+"""Checkpoints: ``Accelerator.save_state`` / ``load_state`` in Hugging Face Accelerate's layout.
+
+- :mod:`~accel_core.checkpointing.names`: the file names (Accelerate's, plus our manifest).
+- :mod:`~accel_core.checkpointing.folder_io`: :class:`CheckpointWriter` / :class:`CheckpointReader`,
+  what a :class:`~accel_core.Strategy` writes and reads through.
+- :mod:`~accel_core.checkpointing.manifest`: ``accel_checkpoint.json`` (sizes, CRC-32s, versions).
+- :mod:`~accel_core.checkpointing.folders`: automatic names, the temporary folder, pruning.
+- :mod:`~accel_core.checkpointing.snapshot` / :mod:`~accel_core.checkpointing.commit` /
+  :mod:`~accel_core.checkpointing.background`: taking, writing and committing a checkpoint.
+- :mod:`~accel_core.checkpointing.restore` / :mod:`~accel_core.checkpointing.model_states` /
+  :mod:`~accel_core.checkpointing.safe_load`: reading one back, checked, without unpickling code.
+"""
+
+from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing.folder_io import CheckpointReader, CheckpointWriter
+from accel_core.checkpointing.manifest import FileRecord, Manifest
+
+__all__ = ["CheckpointError", "CheckpointReader", "CheckpointWriter", "FileRecord", "Manifest"]

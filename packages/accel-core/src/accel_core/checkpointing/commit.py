@@ -1,0 +1,93 @@
+"""Writing a :class:`~accel_core.checkpointing.snapshot.Snapshot` and making it the checkpoint.
+
+On every process: write this process's files into the temporary folder, then tell the writers
+what was written (or what failed). The writer of each node writes the manifest and renames the
+folder into place only if every process succeeded; then everyone returns. A failure on any
+process is raised on every process, and the previous checkpoint is untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
+
+from accel_core.checkpointing import folders, names
+from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing.folder_io import CheckpointWriter
+from accel_core.checkpointing.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from accel_core.strategies import Strategy
+
+logger = logging.getLogger(__name__)
+
+
+def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) -> None:
+    """Write ``snapshot`` and rename it into place (a collective over ``group``)."""
+    writer = CheckpointWriter(
+        snapshot.temporary, snapshot.rank, snapshot.world_size, snapshot.is_writer
+    )
+    error = None
+    try:
+        snapshot.temporary.mkdir(parents=True, exist_ok=True)
+        _write(snapshot, strategy, writer)
+    except Exception as caught:  # reported to every process below, then raised
+        error = f"rank {snapshot.rank}: {type(caught).__name__}: {caught}"
+        logger.error("save_state failed on rank %d", snapshot.rank, exc_info=True)
+    reports = _exchange((snapshot.node, writer.records, error), snapshot.world_size, group)
+    errors = [failure for _, _, failure in reports if failure is not None]
+    if not errors and snapshot.is_writer:
+        for node, records, _ in reports:
+            if node == snapshot.node or snapshot.world_size == 1:
+                snapshot.manifest.files.update(records)
+        try:
+            snapshot.manifest.write(snapshot.temporary)
+            folders.move_into_place(snapshot.temporary, snapshot.target)
+            if snapshot.total_limit is not None and snapshot.checkpoints_dir is not None:
+                snapshot.removed = folders.prune(snapshot.checkpoints_dir, snapshot.total_limit)
+        except OSError as caught:
+            errors.append(f"rank {snapshot.rank}: {type(caught).__name__}: {caught}")
+    errors += [e for e in _exchange(errors[:1] or None, snapshot.world_size, group) if e]
+    if errors:
+        raise CheckpointError(
+            f"save_state could not write {snapshot.target}; the previous checkpoint is "
+            f"unchanged. {sorted(set(_flatten(errors)))[0]}"
+        )
+
+
+def _flatten(items: list[Any]) -> list[str]:
+    flat: list[str] = []
+    for item in items:
+        flat.extend(_flatten(item) if isinstance(item, list) else [str(item)])
+    return flat
+
+
+def _write(snapshot: Snapshot, strategy: Strategy, writer: CheckpointWriter) -> None:
+    strategy.save_checkpoint(
+        writer,
+        snapshot.weights,
+        snapshot.optimizer_states,
+        safe_serialization=snapshot.safe_serialization,
+    )
+    if writer.is_writer:
+        for index, state in enumerate(snapshot.scheduler_states):
+            writer.write_object(names.scheduler_file(index), state)
+        if snapshot.scaler_state is not None:
+            writer.write_object(names.SCALER, snapshot.scaler_state)
+        for index, state in enumerate(snapshot.custom_states):
+            writer.write_object(names.custom_file(index), state)
+        for index, state in enumerate(snapshot.loader_states):
+            if state is not None:
+                writer.write_object(names.loader_state_file(index), state)
+    writer.write_object(names.rng_file(snapshot.rank), snapshot.rng)
+
+
+def _exchange(item: Any, world_size: int, group: Any) -> list[Any]:
+    """``item`` from every process (no hang records: this may run in a background thread)."""
+    if world_size == 1:
+        return [item]
+    everyone: list[Any] = [None] * world_size
+    dist.all_gather_object(everyone, item, group=group)
+    return everyone

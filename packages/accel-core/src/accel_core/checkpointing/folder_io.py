@@ -1,0 +1,133 @@
+"""What a strategy writes a checkpoint through, and reads it back from, on every process.
+
+A :class:`CheckpointWriter` points at the temporary folder of a checkpoint being written. Files
+written through it are recorded (size, CRC-32, rank) for the manifest; an engine that writes files
+itself (torch.distributed.checkpoint, DeepSpeed) writes under :meth:`CheckpointWriter.path` and
+calls :meth:`CheckpointWriter.record` for them. A :class:`CheckpointReader` reads a finished
+checkpoint, checking each file against the manifest before it is used.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accel_core.checkpointing import safe_load
+from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing.manifest import FileRecord, Manifest, file_crc32
+
+
+class CheckpointWriter:
+    """The folder a checkpoint is being written into, as one process sees it.
+
+    Attributes:
+        root: the temporary folder (renamed to the final name once every process has finished).
+        rank, world_size: this process and the number of processes.
+        is_writer: whether this process writes the files shared by all ranks (the main process, or
+            each node's local main with ``save_on_each_node``).
+        records: the files this process wrote, by name.
+    """
+
+    def __init__(self, root: Path, rank: int, world_size: int, is_writer: bool) -> None:
+        self.root = root
+        self.rank = rank
+        self.world_size = world_size
+        self.is_writer = is_writer
+        self.records: dict[str, FileRecord] = {}
+
+    def path(self, name: str) -> Path:
+        """Where the file (or folder) ``name`` goes."""
+        return self.root / name
+
+    def record(self, name: str) -> None:
+        """Add a file written directly under :meth:`path` (or every file of a folder) to the
+        manifest."""
+        target = self.path(name)
+        paths = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
+        for path in paths:
+            relative = path.relative_to(self.root).as_posix()
+            self.records[relative] = FileRecord(path.stat().st_size, file_crc32(path), self.rank)
+
+    def write_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Write a dict of tensors with safetensors (shared storages written once)."""
+        from safetensors.torch import save_file
+
+        from accel_core.serialization import clean_state_dict_for_safetensors
+
+        save_file(clean_state_dict_for_safetensors(tensors), self.path(name), {"format": "pt"})
+        self.record(name)
+
+    def write_object(self, name: str, obj: Any) -> None:
+        """Write ``obj`` with ``torch.save``."""
+        torch.save(obj, self.path(name))
+        self.record(name)
+
+
+class CheckpointReader:
+    """A finished checkpoint folder, read by one process.
+
+    Attributes:
+        root: the checkpoint folder.
+        manifest: its manifest, or ``None`` for a checkpoint written by Hugging Face Accelerate.
+        weights_only: ``torch.load``'s setting (``False`` only when the caller opted in).
+    """
+
+    def __init__(self, root: Path, manifest: Manifest | None, weights_only: bool = True) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.weights_only = weights_only
+        self._verified: set[str] = set()
+
+    def path(self, name: str) -> Path:
+        """Where the file (or folder) ``name`` is."""
+        return self.root / name
+
+    def exists(self, name: str) -> bool:
+        """Whether ``name`` is in the checkpoint."""
+        if self.manifest is not None:
+            return name in self.manifest.files
+        return self.path(name).exists()
+
+    def verify(self, name: str) -> None:
+        """Check ``name`` against the manifest (size and CRC-32) once; raise if it differs."""
+        if self.manifest is not None and name not in self._verified:
+            if name not in self.manifest.files:
+                raise CheckpointError(
+                    f"checkpoint {self.root} has no {name} (its manifest lists "
+                    f"{', '.join(sorted(self.manifest.files)) or 'no files'})."
+                )
+            self.manifest.verify(self.root, [name])
+            self._verified.add(name)
+        elif not self.path(name).is_file():
+            raise CheckpointError(f"checkpoint {self.root} has no {name}.")
+
+    def read_tensors(self, name: str, device: str = "cpu") -> dict[str, torch.Tensor]:
+        """A safetensors file as a dict of tensors on ``device``."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        self.verify(name)
+        try:
+            return load_file(self.path(name), device=device)
+        except (SafetensorError, OSError) as error:
+            raise CheckpointError(
+                f"checkpoint file {self.path(name)} can't be read: it is truncated or corrupt "
+                f"({error})."
+            ) from None
+
+    def read_object(self, name: str, map_location: Any = "cpu") -> Any:
+        """A ``torch.save`` file, through ``torch.load(weights_only=True)`` and the allow-list."""
+        self.verify(name)
+        return safe_load.load_object(self.path(name), map_location, self.weights_only)
+
+
+def fsync_folder(folder: Path) -> None:
+    """Make the folder's entries (renames) durable."""
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

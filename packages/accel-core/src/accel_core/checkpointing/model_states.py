@@ -1,0 +1,153 @@
+"""Reading model and optimizer states from a checkpoint: check everything, then load.
+
+Keys are matched whatever wrapper wrote them: a checkpoint of a DDP model (keys ``module.*``, as
+Hugging Face Accelerate writes them) loads into a single-process model and the other way round.
+A missing or unexpected key, a shape that differs, or an optimizer whose parameter groups don't
+match is a :class:`CheckpointError` naming the file, the key and both sides, raised before any
+state is loaded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from accel_core.checkpointing import names
+from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing.folder_io import CheckpointReader
+from accel_core.unwrap import extract_model_from_parallel
+
+_WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+_SHOWN = 5
+
+
+def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` without the ``module.`` / ``_orig_mod.`` prefixes every key carries."""
+    changed = True
+    while changed and state:
+        changed = False
+        for prefix in _WRAPPER_PREFIXES:
+            if all(key.startswith(prefix) for key in state):
+                state = {key[len(prefix) :]: value for key, value in state.items()}
+                changed = True
+    return state
+
+
+def read_model_state(reader: CheckpointReader, index: int, device: str) -> tuple[str, dict]:
+    """The state dict of model ``index`` (safetensors, else ``pytorch_model*.bin``) and its name."""
+    name = names.model_file(index, safe_serialization=True)
+    if reader.exists(name):
+        return name, reader.read_tensors(name, device)
+    name = names.model_file(index, safe_serialization=False)
+    if reader.exists(name):
+        return name, reader.read_object(name, device)
+    raise CheckpointError(
+        f"checkpoint {reader.root} has no weights for model {index}: neither "
+        f"{names.model_file(index)} nor {name} (it was saved with fewer prepared models)."
+    )
+
+
+def check_model_state(
+    file: str, state: dict[str, Any], model: torch.nn.Module, strict: bool
+) -> dict[str, Any]:
+    """``state`` keyed like ``model``'s unwrapped state dict; raise on what doesn't fit."""
+    state = strip_wrapper_prefixes(state)
+    expected = extract_model_from_parallel(model).state_dict()
+    missing = [key for key in expected if key not in state]
+    unexpected = [key for key in state if key not in expected]
+    tied = _tied_names(expected)
+    missing = [key for key in missing if key not in tied]
+    if strict and (missing or unexpected):
+        raise CheckpointError(
+            f"checkpoint file {file} doesn't match model {type(model).__name__}: "
+            f"missing keys {_few(missing)}, unexpected keys {_few(unexpected)}. Was it saved from "
+            "another model? Pass strict=False to load_state to load the keys that match."
+        )
+    for key, value in state.items():
+        target = expected.get(key)
+        if isinstance(value, torch.Tensor) and isinstance(target, torch.Tensor):
+            if value.shape != target.shape:
+                raise CheckpointError(
+                    f"checkpoint file {file}: key {key!r} has shape {tuple(value.shape)}, the "
+                    f"model's has {tuple(target.shape)}. Was it saved from another model?"
+                )
+    return state
+
+
+def _tied_names(state: dict[str, Any]) -> set[str]:
+    """Keys whose tensor shares its storage with an earlier key (saved once by safetensors)."""
+    seen: dict[tuple[int, int], str] = {}
+    tied = set()
+    for key, value in state.items():
+        if isinstance(value, torch.Tensor) and value.device.type != "meta":
+            storage = (value.untyped_storage().data_ptr(), value.storage_offset())
+            if storage in seen:
+                tied.add(key)
+            else:
+                seen[storage] = key
+    return tied
+
+
+def check_optimizer_state(file: str, state: dict[str, Any], optimizer: Any) -> None:
+    """Raise if ``state`` was not saved from an optimizer over the same parameters."""
+    groups = state.get("param_groups")
+    current = optimizer.param_groups
+    if not isinstance(groups, list) or "state" not in state:
+        raise CheckpointError(f"checkpoint file {file} is not an optimizer state_dict.")
+    if len(groups) != len(current):
+        raise CheckpointError(
+            f"checkpoint file {file} has {len(groups)} parameter group(s), the optimizer has "
+            f"{len(current)}. Was it saved from another optimizer?"
+        )
+    for number, (saved, live) in enumerate(zip(groups, current, strict=True)):
+        if len(saved["params"]) != len(live["params"]):
+            raise CheckpointError(
+                f"checkpoint file {file}: parameter group {number} has {len(saved['params'])} "
+                f"parameters, the optimizer's has {len(live['params'])}."
+            )
+        for saved_id, parameter in zip(saved["params"], live["params"], strict=True):
+            for key, value in state["state"].get(saved_id, {}).items():
+                if (
+                    isinstance(value, torch.Tensor)
+                    and value.ndim > 0
+                    and value.shape != parameter.shape
+                ):
+                    raise CheckpointError(
+                        f"checkpoint file {file}: state {key!r} of parameter {saved_id} (group "
+                        f"{number}) has shape {tuple(value.shape)}, the parameter has "
+                        f"{tuple(parameter.shape)}. Was it saved from another model?"
+                    )
+
+
+def load_all(
+    reader: CheckpointReader,
+    models: list[torch.nn.Module],
+    optimizers: list[Any],
+    *,
+    map_location: str | torch.device = "cpu",
+    strict: bool = True,
+) -> None:
+    """Read and check every model and optimizer state, then load them all."""
+    device = str(map_location)
+    model_states = []
+    for index, model in enumerate(models):
+        file, state = read_model_state(reader, index, "cpu")
+        model_states.append(check_model_state(str(reader.path(file)), state, model, strict))
+    optimizer_states = []
+    for index, optimizer in enumerate(optimizers):
+        file = names.optimizer_file(index)
+        state = reader.read_object(file, device)
+        check_optimizer_state(str(reader.path(file)), state, optimizer)
+        optimizer_states.append(state)
+    for model, state in zip(models, model_states, strict=True):
+        extract_model_from_parallel(model).load_state_dict(state, strict=False)
+    for optimizer, state in zip(optimizers, optimizer_states, strict=True):
+        optimizer.load_state_dict(state)
+
+
+def _few(keys: list[str]) -> str:
+    if not keys:
+        return "none"
+    shown = ", ".join(repr(key) for key in keys[:_SHOWN])
+    return shown + (f" and {len(keys) - _SHOWN} more" if len(keys) > _SHOWN else "")

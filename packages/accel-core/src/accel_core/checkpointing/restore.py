@@ -1,0 +1,182 @@
+"""``load_state``: read a checkpoint (ours or Hugging Face Accelerate's), check it, restore it.
+
+Everything is read and checked before anything changes: the manifest's sizes and CRC-32s, the
+number of models, optimizers, schedulers and registered objects, the world size, and (in the
+strategy) every key and shape. Then models and optimizers are loaded by the strategy, then
+schedulers, the scaler, registered objects, loader positions and, last, the random states.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from accel_core.checkpointing import names, rng_states, safe_load
+from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing.folder_io import CheckpointReader
+from accel_core.checkpointing.manifest import Manifest
+from accel_core.data_loader.progress import ResumePoint
+
+if TYPE_CHECKING:
+    from accel_core.accelerator import Accelerator
+
+logger = logging.getLogger(__name__)
+
+
+def load(
+    accelerator: Accelerator,
+    folder: Path,
+    models: list[Any],
+    weights_only: bool,
+    map_location: Any,
+    strict: bool,
+) -> None:
+    """Restore ``folder`` into the accelerator's prepared objects (every process calls it)."""
+    manifest = Manifest.read(folder)
+    reader = CheckpointReader(folder, manifest, weights_only=weights_only)
+    rank, world_size = accelerator.process_index, accelerator.num_processes
+    _check_counts(accelerator, reader)
+    scheduler_states = [
+        reader.read_object(names.scheduler_file(i)) for i in range(len(accelerator._schedulers))
+    ]
+    scaler_state = None
+    if accelerator.scaler is not None and reader.exists(names.SCALER):
+        scaler_state = reader.read_object(names.SCALER)
+    custom_states = [
+        reader.read_object(names.custom_file(i), "cpu")
+        for i in range(len(accelerator._custom_objects))
+    ]
+    saved_world = manifest.world_size if manifest is not None else _accelerate_world(folder)
+    rng = None
+    if reader.exists(names.rng_file(rank)):
+        rng = reader.read_object(names.rng_file(rank))
+    loader_states = [
+        reader.read_object(names.loader_state_file(i))
+        if getattr(loader, "use_stateful_dataloader", False)
+        and reader.exists(names.loader_state_file(i))
+        else None
+        for i, loader in enumerate(accelerator._dataloaders)
+    ]
+    samplers = [
+        safe_load.load_accelerate_sampler(reader.path(names.sampler_file(i)))
+        if manifest is None and reader.path(names.sampler_file(i)).is_file()
+        else None
+        for i in range(len(accelerator._dataloaders))
+    ]
+
+    accelerator.strategy.load_checkpoint(
+        reader, models, accelerator._optimizers, map_location=map_location, strict=strict
+    )
+    for scheduler, state in zip(accelerator._schedulers, scheduler_states, strict=True):
+        scheduler.load_state_dict(state)
+    if scaler_state is not None:
+        accelerator.scaler.load_state_dict(scaler_state)
+    for obj, state in zip(accelerator._custom_objects, custom_states, strict=True):
+        obj.load_state_dict(state)
+    if manifest is not None:
+        accelerator.strategy.load_extra_state(manifest.strategy_state)
+        accelerator._resume_tracking(manifest.trackers)
+    if rng is None:
+        warnings.warn(
+            f"load_state: {folder} has no {names.rng_file(rank)} (it was saved by {saved_world} "
+            f"process(es), this is rank {rank} of {world_size}); this process keeps its random "
+            "states.",
+            stacklevel=3,
+        )
+        return
+    if "step" in rng:
+        accelerator.step = int(rng["step"])
+    positions = rng.get("accel_dataloaders") or []
+    rng_states.restore(rng)
+    for index, loader in enumerate(accelerator._dataloaders):
+        if loader_states[index] is not None:
+            loader.load_state_dict(loader_states[index])
+        if samplers[index] is not None:
+            _apply_accelerate_sampler(loader, samplers[index])
+        if index < len(positions):
+            _restore_position(loader, positions[index], rng, saved_world, world_size, index)
+
+
+def _check_counts(accelerator: Accelerator, reader: CheckpointReader) -> None:
+    folder = reader.root
+    found = sorted(
+        int(m.group(1))
+        for p in folder.iterdir()
+        if (m := names.CUSTOM_PATTERN.match(p.name)) is not None
+    )
+    if len(found) != len(accelerator._custom_objects):
+        raise CheckpointError(
+            f"checkpoint {folder} has {len(found)} custom_checkpoint_<i>.pkl file(s), but "
+            f"{len(accelerator._custom_objects)} object(s) are registered with "
+            "register_for_checkpointing; register the same objects, in the same order, as when "
+            "it was saved."
+        )
+    for index in range(len(accelerator._schedulers)):
+        if not reader.exists(names.scheduler_file(index)):
+            raise CheckpointError(
+                f"checkpoint {folder} has no {names.scheduler_file(index)} for prepared scheduler "
+                f"{index}: it was saved with fewer prepared schedulers."
+            )
+
+
+def _accelerate_world(folder: Path) -> int:
+    return len(list(folder.glob("random_states_*.pkl")))
+
+
+def _restore_position(
+    loader: Any,
+    position: dict[str, Any],
+    rng: dict[str, Any],
+    saved_world: int,
+    world_size: int,
+    index: int,
+) -> None:
+    epoch, batches = int(position["epoch"]), int(position.get("batches", 0))
+    progress = getattr(loader, "progress", None)
+    generator = getattr(loader, "synchronized_generator", None)
+    loader.set_epoch(epoch) if hasattr(loader, "set_epoch") else None
+    if progress is None:
+        return
+    if saved_world != world_size and batches:
+        global_batches = batches * saved_world
+        per_process = global_batches / world_size
+        hint = (
+            f"skip_first_batches(loader, {int(per_process)}) skips the same samples"
+            if per_process.is_integer()
+            else "no whole number of batches per process covers them, so the rest of that epoch "
+            "can't be continued exactly"
+        )
+        warnings.warn(
+            f"load_state: data loader {index} was saved by {saved_world} processes after "
+            f"{batches} batch(es) per process of epoch {epoch} ({global_batches} in all); on "
+            f"{world_size} processes that is {per_process:g} per process: {hint}. The shuffled "
+            "order of each epoch differs with the number of processes, and the random states of "
+            "the other processes are not mapped.",
+            stacklevel=4,
+        )
+        return
+    if batches == 0:
+        if generator is not None and position.get("generator_state") is not None:
+            generator.set_state(position["generator_state"])
+        return
+    progress.resume = ResumePoint(
+        epoch=epoch,
+        batches=batches,
+        generator_state=position.get("generator_state"),
+        torch_state=position.get("torch_state"),
+        rng_states=rng,
+    )
+
+
+def _apply_accelerate_sampler(loader: Any, record: safe_load.AccelerateSamplerRecord) -> None:
+    sampler = loader.get_sampler() if hasattr(loader, "get_sampler") else None
+    if sampler is None or not hasattr(sampler, "initial_seed"):
+        return
+    sampler.initial_seed = int(getattr(record, "initial_seed", sampler.initial_seed))
+    epoch = int(getattr(record, "epoch", 0))
+    generator = getattr(record, "generator", None)
+    if generator is not None and sampler.generator is not None:
+        sampler.generator.set_state(generator.get_state())
+    loader.set_epoch(epoch)
