@@ -81,6 +81,9 @@ def _write(snapshot: Snapshot, strategy: Strategy, writer: CheckpointWriter) -> 
         for index, state in enumerate(snapshot.loader_states):
             if state is not None:
                 writer.write_object(names.loader_state_file(index), state)
+    for index, gradients in enumerate(snapshot.gradients):
+        if gradients:
+            writer.write_tensors(names.gradients_file(index, snapshot.rank), gradients)
     writer.write_object(names.rng_file(snapshot.rank), snapshot.rng)
 
 

@@ -103,7 +103,7 @@ class CheckpointingMixin:
         ``end_training`` waits for it. ``save_model_func_kwargs`` go to strategies whose engine
         saves itself (DeepSpeed). Returns the checkpoint folder.
         """
-        from accel_core.checkpointing import commit, rendezvous, snapshot
+        from accel_core.checkpointing import commit, model_states, snapshot
 
         self._background_saver.wait()
         target, checkpoints_dir = self._checkpoint_target(output_dir)
@@ -118,7 +118,15 @@ class CheckpointingMixin:
         if writes_here:
             folders.prepare_temporary(target)
         self._meet("save_state")
-        weights = strategy.checkpoint_model_states(self._models)  # type: ignore[attr-defined]
+        # Keyed like the unwrapped models (no ``module.``), as Accelerate writes and reads them.
+        weights = [
+            model_states.as_unwrapped_keys(state, model)
+            for state, model in zip(
+                strategy.checkpoint_model_states(self._models),  # type: ignore[attr-defined]
+                self._models,  # type: ignore[attr-defined]
+                strict=True,
+            )
+        ]
         for hook in self._save_model_state_pre_hook.values():
             hook(self._models, weights, str(temporary))  # type: ignore[attr-defined]
         state = snapshot.take(self, target, temporary, weights, safe_serialization, async_save)  # type: ignore[arg-type]

@@ -1,7 +1,9 @@
-"""Reading model and optimizer states from a checkpoint: check everything, then load.
+"""Model and optimizer states in a checkpoint: keyed as Accelerate keys them, checked, then loaded.
 
-Keys are matched whatever wrapper wrote them: a checkpoint of a DDP model (keys ``module.*``, as
-Hugging Face Accelerate writes them) loads into a single-process model and the other way round.
+Weights are written under the keys of the model inside its wrappers, as Hugging Face Accelerate
+1.15 writes them (it saves the model it was given, not the DDP or ``torch.compile`` wrapper around
+it, and loads strictly into that model): no ``module.`` / ``_orig_mod.`` prefix. Reading, keys are
+matched whatever wrapper wrote them, so an older checkpoint with ``module.*`` keys still loads.
 A missing or unexpected key, a shape that differs, or an optimizer whose parameter groups don't
 match is a :class:`CheckpointError` naming the file, the key and both sides, raised before any
 state is loaded.
@@ -32,6 +34,23 @@ def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
                 state = {key[len(prefix) :]: value for key, value in state.items()}
                 changed = True
     return state
+
+
+def as_unwrapped_keys(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
+    """``state`` of the prepared ``model`` keyed like the model inside its wrappers.
+
+    The prefix removed is the path from ``model`` to that inner model (``module.`` for DDP,
+    ``_orig_mod.`` for ``torch.compile``, both when nested), and only when every key has it: a
+    strategy that already returns the inner model's keys keeps them.
+    """
+    inner = extract_model_from_parallel(model, keep_torch_compile=False)
+    if inner is model or not state:
+        return state
+    path = next((name for name, module in model.named_modules() if module is inner), "")
+    prefix = f"{path}." if path else ""
+    if not prefix or not all(key.startswith(prefix) for key in state):
+        return state
+    return type(state)((key[len(prefix) :], value) for key, value in state.items())
 
 
 def read_model_state(reader: CheckpointReader, index: int, device: str) -> tuple[str, dict]:
@@ -66,12 +85,15 @@ def check_model_state(
         )
     for key, value in state.items():
         target = expected.get(key)
-        if isinstance(value, torch.Tensor) and isinstance(target, torch.Tensor):
-            if value.shape != target.shape:
-                raise CheckpointError(
-                    f"checkpoint file {file}: key {key!r} has shape {tuple(value.shape)}, the "
-                    f"model's has {tuple(target.shape)}. Was it saved from another model?"
-                )
+        if (
+            isinstance(value, torch.Tensor)
+            and isinstance(target, torch.Tensor)
+            and value.shape != target.shape
+        ):
+            raise CheckpointError(
+                f"checkpoint file {file}: key {key!r} has shape {tuple(value.shape)}, the "
+                f"model's has {tuple(target.shape)}. Was it saved from another model?"
+            )
     return state
 
 

@@ -54,6 +54,15 @@ def rng_file(process_index: int) -> str:
     return f"random_states_{process_index}.pkl"
 
 
+def gradients_file(model_index: int, process_index: int) -> str:
+    """``accel_gradients_<model>_<rank>.safetensors``: gradients accumulated so far (ours only).
+
+    Written only by a checkpoint taken in the middle of a gradient-accumulation cycle, by every
+    process (under DDP each process holds its own unsynchronised gradients then).
+    """
+    return f"accel_gradients_{model_index}_{process_index}.safetensors"
+
+
 def custom_file(index: int) -> str:
     """``custom_checkpoint_<i>.pkl``: the ``state_dict()`` of a registered object."""
     return f"custom_checkpoint_{index}.pkl"

@@ -59,6 +59,12 @@ def load(
         else None
         for i, loader in enumerate(accelerator._dataloaders)
     ]
+    gradients = [
+        reader.read_tensors(names.gradients_file(i, rank))
+        if reader.exists(names.gradients_file(i, rank))
+        else None
+        for i in range(len(models))
+    ]
     samplers = [
         safe_load.load_accelerate_sampler(reader.path(names.sampler_file(i)))
         if manifest is None and reader.path(names.sampler_file(i)).is_file()
@@ -69,6 +75,8 @@ def load(
     accelerator.strategy.load_checkpoint(
         reader, models, accelerator._optimizers, map_location=map_location, strict=strict
     )
+    for model, saved in zip(models, gradients, strict=True):
+        _restore_gradients(accelerator.unwrap_model(model), saved)
     for scheduler, state in zip(accelerator._schedulers, scheduler_states, strict=True):
         scheduler.load_state_dict(state)
     if scaler_state is not None:
@@ -97,6 +105,15 @@ def load(
             _apply_accelerate_sampler(loader, samplers[index])
         if index < len(positions):
             _restore_position(loader, positions[index], rng, saved_world, world_size, index)
+
+
+def _restore_gradients(model: Any, saved: dict[str, Any] | None) -> None:
+    """Gradients accumulated before the checkpoint (none saved: the cycle had just ended)."""
+    for name, parameter in model.named_parameters():
+        if saved is None or name not in saved:
+            parameter.grad = None
+        else:
+            parameter.grad = saved[name].to(parameter.device, parameter.dtype)
 
 
 def _check_counts(accelerator: Accelerator, reader: CheckpointReader) -> None:

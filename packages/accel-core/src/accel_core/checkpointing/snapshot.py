@@ -31,6 +31,7 @@ class Snapshot:
     scaler_state: dict[str, Any] | None
     custom_states: list[dict[str, Any]]
     loader_states: list[dict[str, Any] | None]
+    gradients: list[dict[str, torch.Tensor]]
     rng: dict[str, Any]
     manifest: Manifest
     safe_serialization: bool
@@ -70,6 +71,7 @@ def take(
             loader.state_dict() if getattr(loader, "use_stateful_dataloader", False) else None
             for loader in loaders
         ],
+        gradients=_accumulated_gradients(accelerator),
         rng=rng,
         manifest=Manifest(
             world_size=state.num_processes,
@@ -97,9 +99,25 @@ def take(
             "scaler_state",
             "custom_states",
             "loader_states",
+            "gradients",
         ):
             setattr(snapshot, name, copy_to_cpu(getattr(snapshot, name)))
     return snapshot
+
+
+def _accumulated_gradients(accelerator: Accelerator) -> list[dict[str, torch.Tensor]]:
+    """Each model's gradients, when the checkpoint falls inside an accumulation cycle."""
+    steps = accelerator.gradient_accumulation_steps
+    if steps <= 1 or accelerator.step % steps == 0 or accelerator.strategy.handles_accumulation:
+        return []
+    return [
+        {
+            name: parameter.grad
+            for name, parameter in accelerator.unwrap_model(model).named_parameters()
+            if parameter.grad is not None
+        }
+        for model in accelerator._models
+    ]
 
 
 def _loader_position(loader: Any) -> dict[str, Any]:
