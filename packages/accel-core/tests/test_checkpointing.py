@@ -82,7 +82,7 @@ def test_files_use_accelerate_names_and_the_manifest_lists_them(tmp_path):
 
 
 def test_round_trip_restores_every_state(tmp_path):
-    accelerator, model, optimizer, scheduler, loader = _setup()
+    accelerator, model, optimizer, scheduler, _ = _setup()
     counter = Counter(7)
     accelerator.register_for_checkpointing(counter)
     _train(accelerator, model, optimizer, scheduler)
@@ -112,7 +112,7 @@ def test_register_for_checkpointing_refuses_objects_without_state_dict():
 
 
 def test_pre_hooks_see_the_weights_and_can_be_removed(tmp_path):
-    accelerator, model, *_ = _setup()
+    accelerator, *_ = _setup()
     seen = []
 
     def save_hook(models, weights, output_dir):
@@ -200,7 +200,9 @@ def test_another_model_is_refused_naming_the_key_and_shapes(tmp_path):
     model = torch.nn.Sequential(torch.nn.Linear(3, 5), torch.nn.Linear(5, 2))
     model = other.prepare(model)
     before = _weights(model)
-    with pytest.raises(CheckpointError, match=r"key '0.bias' has shape \(4,\), the model's has \(5,\)"):
+    with pytest.raises(
+        CheckpointError, match=r"key '0.bias' has shape \(4,\), the model's has \(5,\)"
+    ):
         other.load_state(tmp_path / "ckpt")
     assert torch.equal(_weights(model), before)
 
@@ -233,7 +235,7 @@ def test_registered_object_count_must_match(tmp_path):
     accelerator.register_for_checkpointing(Counter())
     accelerator.save_state(tmp_path / "ckpt")
     other, *_ = _setup()
-    with pytest.raises(CheckpointError, match="has 1 custom_checkpoint_<i>.pkl file"):
+    with pytest.raises(CheckpointError, match=r"has 1 custom_checkpoint_<i>\.pkl file"):
         other.load_state(tmp_path / "ckpt")
 
 

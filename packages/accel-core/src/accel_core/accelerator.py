@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from accel_core import accumulation, metrics, preparation, profiling, settings
+from accel_core.checkpointing.mixin import CheckpointingMixin
 from accel_core.configuration import (
     DataLoaderConfiguration,
     ProjectConfiguration,
@@ -32,7 +33,6 @@ from accel_core.kwargs_handlers import (
     ProfileKwargs,
     collect_handlers,
 )
-from accel_core.checkpointing.mixin import CheckpointingMixin
 from accel_core.optimizer import AcceleratedOptimizer
 from accel_core.precision import Precision
 from accel_core.process_api import ProcessMixin

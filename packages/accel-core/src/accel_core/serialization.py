@@ -32,7 +32,8 @@ def clean_state_dict_for_safetensors(state_dict: dict[str, Any]) -> dict[str, An
     """
     groups: dict[tuple[Any, int, int], list[str]] = defaultdict(list)
     for name, value in state_dict.items():
-        if isinstance(value, torch.Tensor) and value.device.type != "meta":
+        # Empty tensors have no storage to share (all of them report address 0).
+        if isinstance(value, torch.Tensor) and value.device.type != "meta" and value.numel():
             groups[_storage_key(value)].append(name)
     dropped = [name for names in groups.values() if len(names) > 1 for name in names[1:]]
     if dropped:

@@ -86,6 +86,15 @@ def load(
     if manifest is not None:
         accelerator.strategy.load_extra_state(manifest.strategy_state)
         accelerator._resume_tracking(manifest.trackers)
+    if saved_world != world_size and rank == 0:
+        unused = list(range(world_size, saved_world))
+        warnings.warn(
+            f"load_state: {folder} was saved by {saved_world} process(es) and is loaded on "
+            f"{world_size}: models, optimizers, schedulers and registered objects are restored"
+            + (f"; the random states of rank(s) {unused} are not used" if unused else "")
+            + ".",
+            stacklevel=3,
+        )
     if rng is None:
         warnings.warn(
             f"load_state: {folder} has no {names.rng_file(rank)} (it was saved by {saved_world} "

@@ -125,8 +125,7 @@ def load_accelerate_sampler(path: Path) -> AccelerateSamplerRecord:
         record = torch.load(path, map_location="cpu", weights_only=False, pickle_module=module)
     except (RuntimeError, EOFError, zipfile.BadZipFile, OSError, pickle.UnpicklingError) as error:
         raise CheckpointError(
-            f"sampler file {path} can't be read: it is truncated or corrupt "
-            f"({_first_line(error)})."
+            f"sampler file {path} can't be read: it is truncated or corrupt ({_first_line(error)})."
         ) from None
     if not isinstance(record, AccelerateSamplerRecord):
         raise CheckpointError(

@@ -1,0 +1,72 @@
+"""Worker for the checkpoint fault tests: a save that only some ranks call, and a process killed
+with SIGKILL in the middle of writing a checkpoint.
+
+Usage: checkpoint_faults_job.py PROJECT {main-only|kill-mid-save|round-trip}
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import torch
+
+from accel_core import Accelerator, ProjectConfiguration
+
+
+class KillWhenPickled:
+    """Kills its process with SIGKILL while torch.save pickles it (mid-checkpoint)."""
+
+    def __init__(self, armed: bool) -> None:
+        self.armed = armed
+
+    def state_dict(self) -> dict:
+        return {"bomb": _Bomb() if self.armed else 0}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+class _Bomb:
+    def __reduce__(self):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    project, mode = Path(sys.argv[1]), sys.argv[2]
+    accelerator = Accelerator(
+        project_config=ProjectConfiguration(
+            project_dir=str(project), automatic_checkpoint_naming=True, total_limit=1
+        )
+    )
+    torch.manual_seed(0)
+    model = accelerator.prepare(torch.nn.Linear(4, 3))
+    if mode == "main-only":
+        if accelerator.is_main_process:
+            accelerator.save_state()
+        accelerator.wait_for_everyone()
+    elif mode == "kill-mid-save":
+        bomb = KillWhenPickled(armed=False)
+        accelerator.register_for_checkpointing(bomb)
+        accelerator.save_state()  # checkpoint_0, complete
+        with torch.no_grad():
+            model.module.weight.add_(1.0) if hasattr(model, "module") else model.weight.add_(1.0)
+        bomb.armed = accelerator.is_main_process
+        accelerator.save_state()  # checkpoint_1: the main process dies while writing it
+    elif mode == "round-trip":
+        folder = Path(accelerator.save_state())
+        before = model.state_dict()
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.zero_()
+        accelerator.load_state()
+        same = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+        print(f"RESULT rank={accelerator.process_index} same={same} files=", end="")
+        print(",".join(sorted(p.name for p in folder.iterdir())))
+    accelerator.end_training()
+
+
+if __name__ == "__main__":
+    main()

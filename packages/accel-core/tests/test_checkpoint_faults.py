@@ -1,0 +1,81 @@
+"""Checkpoints under faults, on real processes: a save called by some ranks only, a process
+killed with SIGKILL mid-save, and the per-rank files of a save on 2 and 3 processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from accel_core import Accelerator, ProjectConfiguration
+from accel_core.checkpointing import Manifest
+from accel_testing import run_workers
+
+JOB = Path(__file__).parent / "checkpoint_faults_job.py"
+
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
+
+
+def test_save_state_on_the_main_process_only_is_an_error_not_a_hang(tmp_path):
+    started = time.monotonic()
+    results = run_workers(
+        2,
+        script=JOB,
+        args=[str(tmp_path), "main-only"],
+        env={"ACCEL_PROCESS_GROUP_TIMEOUT": "6"},
+        check=False,
+        timeout=90,
+    )
+    assert time.monotonic() - started < 60
+    assert [r.returncode for r in results] == [1, 1], [r.stderr[-1500:] for r in results]
+    assert "rank(s) [1] did not call save_state within 6 s" in results[0].stderr
+    assert "Every process must call save_state" in results[0].stderr
+    assert not (tmp_path / "checkpoints" / "checkpoint_0").exists()
+
+
+@pytest.mark.parametrize("nprocs", [1, 2])
+def test_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path, nprocs):
+    results = run_workers(nprocs, script=JOB, args=[str(tmp_path), "kill-mid-save"], check=False)
+    assert results[0].returncode == -signal.SIGKILL, results[0].stderr[-1500:]
+    checkpoints = tmp_path / "checkpoints"
+    assert sorted(p.name for p in checkpoints.iterdir()) == [
+        ".checkpoint_1.incomplete",
+        "checkpoint_0",
+    ]
+    previous = checkpoints / "checkpoint_0"
+    manifest = Manifest.read(previous)
+    manifest.verify(previous)  # every file present with its size and CRC-32
+    assert manifest.world_size == nprocs
+    # The half-written checkpoint is not picked by load_state(), nor counted by total_limit.
+    accelerator = Accelerator(
+        project_config=ProjectConfiguration(
+            project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=1
+        )
+    )
+    import torch
+    from checkpoint_faults_job import KillWhenPickled
+
+    model = accelerator.prepare(torch.nn.Linear(4, 3))
+    accelerator.register_for_checkpointing(KillWhenPickled(armed=False))
+    if nprocs == 1:
+        accelerator.load_state()
+        assert accelerator.save_iteration == 1
+        accelerator.save_state()
+        assert sorted(p.name for p in checkpoints.iterdir()) == ["checkpoint_1"]
+    else:
+        with pytest.warns(UserWarning, match="saved by 2 process"):
+            accelerator.load_state()  # the 2-process checkpoint, on one process
+    torch.manual_seed(0)
+    assert torch.equal(model.weight, torch.nn.Linear(4, 3).weight)
+
+
+@pytest.mark.parametrize("nprocs", [2, 3])
+def test_every_rank_writes_its_random_states_and_loads_back(tmp_path, nprocs):
+    results = run_workers(nprocs, script=JOB, args=[str(tmp_path), "round-trip"])
+    lines = [line for r in results for line in r.stdout.splitlines() if line.startswith("RESULT")]
+    assert len(lines) == nprocs and all("same=True" in line for line in lines)
+    files = lines[0].split("files=")[1].split(",")
+    expected = [f"random_states_{rank}.pkl" for rank in range(nprocs)]
+    assert files == sorted(["accel_checkpoint.json", "model.safetensors", *expected])
