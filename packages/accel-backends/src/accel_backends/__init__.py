@@ -5,7 +5,7 @@ Not built yet: this release is an installable skeleton. It registers no strategy
 strategies. Nothing here pretends to work.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"
 
 #: Strategies this package registers in the ``accel.strategies`` entry-point group (none yet).
 PROVIDED_STRATEGIES: tuple[str, ...] = ()
