@@ -81,8 +81,9 @@ def _has_extra(name: str, extra: str) -> bool:
     return extra in _read_pyproject(LOCAL[name])["project"].get("optional-dependencies", {})
 
 
-def _pytest(session: nox.Session, *paths: str) -> None:
-    session.run("python", "-m", "pytest", *paths, *session.posargs, env={"PYTHONHASHSEED": "0"})
+def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
+    env = {"PYTHONHASHSEED": "0", **(env or {})}
+    session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
 
 
 for _dist in LOCAL:
@@ -98,10 +99,15 @@ for _dist in LOCAL:
 
 @nox.session
 def integration(session: nox.Session) -> None:
-    """Everything installed together; runs the tests that cross packages and processes."""
+    """Everything installed together; runs the tests that cross packages and processes.
+
+    A separate venv with Hugging Face Accelerate (torch + accelerate only) lets
+    ``test_accelerate_checkpoints.py`` move checkpoints between the two libraries.
+    """
     session.install(*TEST_TOOLS)
     _install_local(session, list(LOCAL), extras="test")
-    _pytest(session, "integration-tests", "--ignore=integration-tests/stress")
+    env = {"ACCEL_TEST_HF_PYTHON": _accelerate_python(session, with_transformers=False)}
+    _pytest(session, "integration-tests", "--ignore=integration-tests/stress", env=env)
 
 
 @nox.session
@@ -139,16 +145,16 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--site-dir", site, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
-def _accelerate_python(session: nox.Session) -> str:
-    """A separate venv with Hugging Face Accelerate, for side-by-side measurements."""
+def _accelerate_python(session: nox.Session, with_transformers: bool = True) -> str:
+    """A separate venv with Hugging Face Accelerate (and transformers, for the benchmarks);
+    returns its interpreter. Without transformers it installs in about half a minute."""
     venv = Path(session.create_tmp()) / "hf-accelerate"
     python = venv / "bin" / "python"
     if not python.exists():
         session.run("python", "-m", "venv", str(venv), external=True)
     session.run(str(python), "-m", "pip", "install", "-q", TORCH, external=True)
-    session.run(
-        str(python), "-m", "pip", "install", "-q", ACCELERATE, "transformers", external=True
-    )
+    extra = ["transformers"] if with_transformers else []
+    session.run(str(python), "-m", "pip", "install", "-q", ACCELERATE, *extra, external=True)
     return str(python)
 
 

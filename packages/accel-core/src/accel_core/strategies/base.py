@@ -123,10 +123,11 @@ class Strategy(ABC):
     def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
         """The state dict of each prepared model, as written into a checkpoint.
 
-        The default is each prepared model's own ``state_dict()`` (a DDP model's keys start with
-        ``module.``, as in Hugging Face Accelerate's checkpoints, so either library reads them).
+        The default is the state dict of the model inside the wrappers (no ``module.`` prefix
+        under DDP), which is what Hugging Face Accelerate 1.15 writes and loads, so either
+        library reads the other's checkpoints.
         """
-        return [model.state_dict() for model in models]
+        return [self.unwrap_model(model).state_dict() for model in models]
 
     def checkpoint_optimizer_states(
         self, optimizers: list[torch.optim.Optimizer]
