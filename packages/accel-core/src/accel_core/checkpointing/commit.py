@@ -30,13 +30,17 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
         snapshot.temporary, snapshot.rank, snapshot.world_size, snapshot.is_writer
     )
     error = None
+    records: dict[str, Any] = {}
     try:
         snapshot.temporary.mkdir(parents=True, exist_ok=True)
         _write(snapshot, strategy, writer)
+        records = writer.finish()
     except Exception as caught:  # reported to every process below, then raised
         error = f"rank {snapshot.rank}: {type(caught).__name__}: {caught}"
         logger.error("save_state failed on rank %d", snapshot.rank, exc_info=True)
-    reports = _exchange((snapshot.node, writer.records, error), snapshot.world_size, group)
+    finally:
+        writer.close()
+    reports = _exchange((snapshot.node, records, error), snapshot.world_size, group)
     errors = [failure for _, _, failure in reports if failure is not None]
     if not errors and snapshot.is_writer:
         for node, records, _ in reports:

@@ -5,11 +5,19 @@ written through it are recorded (size, CRC-32, rank) for the manifest; an engine
 itself (torch.distributed.checkpoint, DeepSpeed) writes under :meth:`CheckpointWriter.path` and
 calls :meth:`CheckpointWriter.record` for them. A :class:`CheckpointReader` reads a finished
 checkpoint, checking each file against the manifest before it is used.
+
+Checksums stay off the writing path where they can: a ``torch.save`` file's CRC-32 is computed
+from the bytes as they are written, on a helper thread while each large chunk goes to the file; a
+file written by someone else (safetensors, an engine) is read back for its CRC-32 on a helper
+thread while the next file is written. zlib and file I/O release the GIL, so with a free core the
+checksums cost next to nothing. :meth:`CheckpointWriter.finish` waits for them.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +36,7 @@ class CheckpointWriter:
         rank, world_size: this process and the number of processes.
         is_writer: whether this process writes the files shared by all ranks (the main process, or
             each node's local main with ``save_on_each_node``).
-        records: the files this process wrote, by name.
+        records: the files this process wrote, by name (complete once :meth:`finish` returned).
     """
 
     def __init__(self, root: Path, rank: int, world_size: int, is_writer: bool) -> None:
@@ -37,6 +45,8 @@ class CheckpointWriter:
         self.world_size = world_size
         self.is_writer = is_writer
         self.records: dict[str, FileRecord] = {}
+        self._checksums: ThreadPoolExecutor | None = None
+        self._pending: list[Future[None]] = []
 
     def path(self, name: str) -> Path:
         """Where the file (or folder) ``name`` goes."""
@@ -44,12 +54,15 @@ class CheckpointWriter:
 
     def record(self, name: str) -> None:
         """Add a file written directly under :meth:`path` (or every file of a folder) to the
-        manifest."""
+        manifest. Its CRC-32 is computed on a helper thread; :meth:`finish` waits for it."""
         target = self.path(name)
         paths = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
         for path in paths:
-            relative = path.relative_to(self.root).as_posix()
-            self.records[relative] = FileRecord(path.stat().st_size, file_crc32(path), self.rank)
+            self._pending.append(self._helpers().submit(self._record_now, path))
+
+    def _record_now(self, path: Path) -> None:
+        relative = path.relative_to(self.root).as_posix()
+        self.records[relative] = FileRecord(path.stat().st_size, file_crc32(path), self.rank)
 
     def write_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
         """Write a dict of tensors with safetensors (shared storages written once)."""
@@ -61,9 +74,65 @@ class CheckpointWriter:
         self.record(name)
 
     def write_object(self, name: str, obj: Any) -> None:
-        """Write ``obj`` with ``torch.save``."""
-        torch.save(obj, self.path(name))
-        self.record(name)
+        """Write ``obj`` with ``torch.save`` (its CRC-32 computed from the bytes written)."""
+        path = self.path(name)
+        with open(path, "wb") as handle:
+            stream = _ChecksummedFile(handle, self._helpers())
+            torch.save(obj, stream)
+        self.records[name] = FileRecord(path.stat().st_size, stream.crc32, self.rank)
+
+    def finish(self) -> dict[str, FileRecord]:
+        """Wait for the checksums still being computed; the records of every file written.
+
+        Raises the first error of a checksum (a file that vanished or can't be read).
+        """
+        try:
+            for future in self._pending:
+                future.result()
+        finally:
+            self.close()
+        return self.records
+
+    def close(self) -> None:
+        """Stop the helper threads (after the checksums they are computing)."""
+        if self._checksums is not None:
+            self._checksums.shutdown(wait=True)
+            self._checksums = None
+        self._pending.clear()
+
+    def _helpers(self) -> ThreadPoolExecutor:
+        # Two: one reads back a finished file while the other checksums the file being written.
+        if self._checksums is None:
+            self._checksums = ThreadPoolExecutor(2, thread_name_prefix="accel-checksum")
+        return self._checksums
+
+
+class _ChecksummedFile:
+    """A binary file for ``torch.save`` that computes the CRC-32 of the bytes written to it.
+
+    A large chunk is checksummed on a helper thread while it is written; the call waits for the
+    checksum before returning, as ``torch.save`` may reuse the chunk's memory afterwards.
+    """
+
+    _ON_HELPER = 1 << 20  # smaller chunks are checksummed inline
+
+    def __init__(self, handle: Any, helpers: ThreadPoolExecutor) -> None:
+        self._handle = handle
+        self._helpers = helpers
+        self.crc32 = 0
+
+    def write(self, data: Any) -> int:
+        if memoryview(data).nbytes < self._ON_HELPER:
+            self.crc32 = zlib.crc32(data, self.crc32)
+            return self._handle.write(data)
+        checksum = self._helpers.submit(zlib.crc32, data, self.crc32)
+        try:
+            return self._handle.write(data)
+        finally:
+            self.crc32 = checksum.result()
+
+    def flush(self) -> None:
+        self._handle.flush()
 
 
 class CheckpointReader:

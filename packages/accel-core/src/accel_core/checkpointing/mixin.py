@@ -100,12 +100,18 @@ class CheckpointingMixin:
         process has finished, with a manifest of sizes and checksums, so a crash never leaves a
         half-written checkpoint under the final name. With ``async_save`` the state is copied to
         CPU and written in the background; the next ``save_state``, ``load_state`` or
-        ``end_training`` waits for it. ``save_model_func_kwargs`` go to strategies whose engine
-        saves itself (DeepSpeed). Returns the checkpoint folder.
+        ``end_training`` waits for it. ``save_model_func_kwargs`` are accepted for Accelerate's
+        signature (its DeepSpeed engine takes them); the built-in strategies use none, and any
+        given is an error rather than silently dropped. Returns the checkpoint folder.
         """
         from accel_core.checkpointing import commit, model_states, snapshot
 
         self._background_saver.wait()
+        if save_model_func_kwargs:
+            raise TypeError(
+                f"save_state got {sorted(save_model_func_kwargs)}: strategy "
+                f"{self.strategy.name!r} takes no extra save arguments."  # type: ignore[attr-defined]
+            )
         target, checkpoints_dir = self._checkpoint_target(output_dir)
         strategy = self.strategy  # type: ignore[attr-defined]
         if async_save and not strategy.supports_async_save:

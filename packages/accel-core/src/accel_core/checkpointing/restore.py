@@ -52,6 +52,11 @@ def load(
     rng = None
     if reader.exists(names.rng_file(rank)):
         rng = reader.read_object(names.rng_file(rank))
+    # The step and the loader positions are the same on every rank: a rank the checkpoint has no
+    # file for (more processes now) takes them from rank 0's.
+    shared = rng
+    if shared is None and reader.exists(names.rng_file(0)):
+        shared = reader.read_object(names.rng_file(0))
     loader_states = [
         reader.read_object(names.loader_state_file(i))
         if getattr(loader, "use_stateful_dataloader", False)
@@ -99,14 +104,16 @@ def load(
         warnings.warn(
             f"load_state: {folder} has no {names.rng_file(rank)} (it was saved by {saved_world} "
             f"process(es), this is rank {rank} of {world_size}); this process keeps its random "
-            "states.",
+            "states and takes the step and loader positions from rank 0's file.",
             stacklevel=3,
         )
+    if shared is None:
         return
-    if "step" in rng:
-        accelerator.step = int(rng["step"])
-    positions = rng.get("accel_dataloaders") or []
-    rng_states.restore(rng)
+    if "step" in shared:
+        accelerator.step = int(shared["step"])
+    positions = shared.get("accel_dataloaders") or []
+    if rng is not None:
+        rng_states.restore(rng)
     for index, loader in enumerate(accelerator._dataloaders):
         if loader_states[index] is not None:
             loader.load_state_dict(loader_states[index])
@@ -154,7 +161,7 @@ def _accelerate_world(folder: Path) -> int:
 def _restore_position(
     loader: Any,
     position: dict[str, Any],
-    rng: dict[str, Any],
+    rng: dict[str, Any] | None,
     saved_world: int,
     world_size: int,
     index: int,
@@ -162,10 +169,14 @@ def _restore_position(
     epoch, batches = int(position["epoch"]), int(position.get("batches", 0))
     progress = getattr(loader, "progress", None)
     generator = getattr(loader, "synchronized_generator", None)
-    loader.set_epoch(epoch) if hasattr(loader, "set_epoch") else None
+    if hasattr(loader, "set_epoch"):
+        loader.set_epoch(epoch)
     if progress is None:
         return
-    if saved_world != world_size and batches:
+    if generator is not None and position.get("generator_state") is not None:
+        # The epoch-start state (or, at a boundary, the next epoch's): the same on every rank.
+        generator.set_state(position["generator_state"])
+    if (saved_world != world_size or rng is None) and batches:
         global_batches = batches * saved_world
         per_process = global_batches / world_size
         hint = (
@@ -177,15 +188,12 @@ def _restore_position(
         warnings.warn(
             f"load_state: data loader {index} was saved by {saved_world} processes after "
             f"{batches} batch(es) per process of epoch {epoch} ({global_batches} in all); on "
-            f"{world_size} processes that is {per_process:g} per process: {hint}. The shuffled "
-            "order of each epoch differs with the number of processes, and the random states of "
-            "the other processes are not mapped.",
+            f"{world_size} processes that is {per_process:g} per process: {hint}. The epoch's "
+            "global order is restored; the random states of the processes are not mapped.",
             stacklevel=4,
         )
         return
-    if batches == 0:
-        if generator is not None and position.get("generator_state") is not None:
-            generator.set_state(position["generator_state"])
+    if batches == 0 or rng is None:
         return
     progress.resume = ResumePoint(
         epoch=epoch,

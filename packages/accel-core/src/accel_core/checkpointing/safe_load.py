@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import codecs
 import pickle
+import re
 import types
 import zipfile
 from pathlib import Path
@@ -60,8 +61,11 @@ def load_object(
         ) from None
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def _first_line(error: BaseException) -> str:
-    text = str(error).strip().splitlines()
+    text = _ANSI.sub("", str(error)).strip().splitlines()
     return text[0] if text else type(error).__name__
 
 

@@ -79,7 +79,9 @@ def take(
             iteration=accelerator.save_iteration,
             strategy=strategy.name,
             libraries=library_versions(),
-            models=[{"class": type(m).__name__} for m in accelerator._models],
+            models=[
+                {"class": type(accelerator.unwrap_model(m)).__name__} for m in accelerator._models
+            ],
             dataloaders=[_loader_summary(loader) for loader in loaders],
             custom_objects=[type(obj).__name__ for obj in accelerator._custom_objects],
             trackers=accelerator._tracking_state(),
