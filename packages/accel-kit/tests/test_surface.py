@@ -54,8 +54,16 @@ def test_from_import_of_the_quicktour_names():
 def test_unsupported_name_says_so():
     with pytest.raises(UnsupportedNameError, match="DeepSpeedPlugin is not supported by accel"):
         from accel import DeepSpeedPlugin  # noqa: F401
-    with pytest.raises(ImportError, match="trackers are not built yet"):
-        from accel.tracking import WandBTracker  # noqa: F401
+    with pytest.raises(ImportError, match="Accelerator.save_state"):
+        from accel.checkpointing import save_accelerator_state  # noqa: F401
+
+
+def test_trackers_come_from_accel_core():
+    from accel.tracking import GeneralTracker, WandBTracker
+
+    from accel_core.tracking import GeneralTracker as Ours
+
+    assert GeneralTracker is Ours and issubclass(WandBTracker, Ours)
 
 
 def test_unknown_name_is_an_attribute_error():

@@ -2,16 +2,17 @@
 
 from accel._lazy import export_table
 
-_NAMES = {}
-_UNSUPPORTED = {
-    "GeneralTracker": "trackers are not built yet",
-    "TensorBoardTracker": "trackers are not built yet",
-    "WandBTracker": "trackers are not built yet",
-    "MLflowTracker": "trackers are not built yet",
-    "AimTracker": "trackers are not built yet",
-    "CometMLTracker": "trackers are not built yet",
-    "get_available_trackers": "trackers are not built yet",
-    "on_main_process": "trackers are not built yet",
+_NAMES = {
+    "GeneralTracker": "accel_core.tracking",
+    "TensorBoardTracker": "accel_core.tracking",
+    "WandBTracker": "accel_core.tracking",
+    "MLflowTracker": "accel_core.tracking",
+    "AimTracker": "accel_core.tracking",
+    "CometMLTracker": "accel_core.tracking",
+    "get_available_trackers": "accel_core.tracking",
+    "on_main_process": "accel_core.tracking",
+    "filter_trackers": "accel_core.tracking",
 }
+_UNSUPPORTED: dict[str, str] = {}
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)
