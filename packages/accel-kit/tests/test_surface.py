@@ -41,7 +41,9 @@ def test_every_listed_name_resolves_to_the_defining_package(module_name, name, s
     if isinstance(value, (str, int, float)):  # constants carry no __module__
         assert getattr(importlib.import_module(package), name) == value
     else:
-        assert defining.split(".")[0] == package, f"{module_name}.{name} comes from {defining}"
+        assert defining == package or defining.startswith(package.split(".")[0] + "."), (
+            f"{module_name}.{name} comes from {defining}"
+        )
 
 
 def test_from_import_of_the_quicktour_names():
@@ -54,13 +56,12 @@ def test_from_import_of_the_quicktour_names():
 def test_unsupported_name_says_so():
     with pytest.raises(UnsupportedNameError, match="DeepSpeedPlugin is not supported by accel"):
         from accel import DeepSpeedPlugin  # noqa: F401
-    with pytest.raises(ImportError, match="Accelerator.save_state"):
+    with pytest.raises(ImportError, match=r"Accelerator\.save_state"):
         from accel.checkpointing import save_accelerator_state  # noqa: F401
 
 
 def test_trackers_come_from_accel_core():
     from accel.tracking import GeneralTracker, WandBTracker
-
     from accel_core.tracking import GeneralTracker as Ours
 
     assert GeneralTracker is Ours and issubclass(WandBTracker, Ours)
