@@ -16,7 +16,9 @@ The write, on a writing process:
    temporary name in ``save_directory`` (``.model-00001-of-00002.safetensors.<id>.tmp``).
 3. Only when all of them are complete are they renamed into place with ``os.replace``, the index
    last. Until then the folder still holds the previous save unchanged, so a crash while writing
-   (the long part) leaves it loadable; a failed write removes its temporary files.
+   (the long part) leaves it loadable; a failed write removes its temporary files. Only a crash
+   among the renames themselves (metadata operations, milliseconds) can leave old and new shards
+   mixed.
 4. Files of a previous save of the same format that the new one does not reuse (its index, shards
    beyond the new count, a single file replaced by shards or the reverse) are removed, the index
    first. Files of the other format are kept, with a warning, since loaders may prefer them.

@@ -1,0 +1,92 @@
+"""Checkpoints on 2 CPU processes (gloo): ``save_state`` / ``load_state`` of a ~500 MB training
+state, accel against Hugging Face Accelerate and raw ``torch.save`` / ``torch.load``.
+
+The state (benchmarks/workloads/checkpoint_state.py): a 42M-parameter float32 MLP in DDP (168 MB)
+and AdamW after one step (336 MB of exp_avg / exp_avg_sq). Raw saves the way a hand-written loop
+does: rank 0 ``torch.save``s the model's and the optimizer's state dicts, then a barrier; raw
+loads with ``torch.load`` + ``load_state_dict`` on every rank. The libraries write their full
+checkpoint (safetensors weights, optimizer, RNG states; accel also its manifest of sizes and
+CRC-32s, written into a temporary folder renamed into place). Each figure is the median over
+several calls after a warm-up of the slowest process's time for the call, which starts after a
+barrier; every save goes into a fresh folder in the scratch directory (on disk, but the files
+stay in the page cache: this measures the libraries, not the disk); loads read the checkpoint
+back from the page cache. accel and raw run interleaved in the same two processes; Accelerate
+runs in its own venv, in a second launch, with the same raw calls interleaved as a control, and
+its column is scaled by (raw in our launch) / (raw in Accelerate's launch), as in the training
+benchmark. The unscaled figures are printed to stderr.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from harness import HERE, Context, Row, json_result
+
+TITLE = "Checkpoints, 2 CPU processes, gloo, 504 MB model + AdamW state (seconds per call)"
+WORKLOAD = str(HERE / "workloads" / "checkpoint_state.py")
+HF_ENV = {"ACCELERATE_USE_CPU": "1"}  # else Accelerate runs CPU processes without DDP
+MB = 1e6
+
+
+def _measure(ctx: Context, python: str, impls: str, repeats: int, env: dict | None = None) -> dict:
+    torchrun = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    folder = ctx.scratch / impls.replace(",", "-")
+    command = [*torchrun, WORKLOAD, impls, str(repeats), str(folder)]
+    return json_result(command, env=env, timeout=600)
+
+
+def run(ctx: Context) -> list[Row]:
+    repeats = 3 if ctx.quick else 9
+    ours = _measure(ctx, ctx.python, "accel,raw", repeats)
+    theirs = (
+        _measure(ctx, ctx.hf_python, "accelerate,raw", repeats, HF_ENV) if ctx.hf_python else None
+    )
+    print(f"checkpoint: ours {ours}\ncheckpoint: Accelerate's launch {theirs}", file=sys.stderr)
+    accel, raw = ours["accel"], ours["raw"]
+
+    def accelerate(measure: str) -> float | None:
+        if theirs is None:
+            return None
+        return theirs["accelerate"][measure] * raw[measure] / theirs["raw"][measure]
+
+    size = ours["bytes"] / MB
+    load_theirs = accelerate("load")
+    sync = accel["save"]
+    return [
+        Row(
+            f"save_state, {size:.0f} MB checkpoint (Accelerate scaled by the raw control)",
+            "s",
+            accel["save"],
+            accelerate("save"),
+            raw["save"],
+            "<= 1.1x raw",
+            accel["save"] <= 1.1 * raw["save"],
+        ),
+        Row(
+            "load_state of that checkpoint (Accelerate scaled by the raw control)",
+            "s",
+            accel["load"],
+            load_theirs,
+            raw["load"],
+            "<= 1.0x Accelerate",
+            None if load_theirs is None else accel["load"] <= load_theirs,
+        ),
+        Row(
+            "save_state(async_save=True): time the loop is blocked (the call)",
+            "s",
+            accel["async_blocked"],
+            None,
+            None,
+            f"<= 0.2x the synchronous save ({0.2 * sync:.3g} s)",
+            accel["async_blocked"] <= 0.2 * sync,
+        ),
+        Row(
+            "save_state(async_save=True): until wait_for_checkpoint() returns",
+            "s",
+            accel["async_total"],
+            None,
+            None,
+            f"(synchronous save: {sync:.3g} s)",
+            None,
+        ),
+    ]
