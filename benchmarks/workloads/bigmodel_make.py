@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import torch
+from raw_shards import plan_raw_shards
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -41,18 +42,8 @@ def main() -> None:
         model = LlamaForCausalLM(config_for(size))
     state = {k: v.contiguous() for k, v in model.state_dict().items()}
     limit = 500 * 10**6 if size == "full" else 50 * 10**6
-    shards, current, used = [], {}, 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if current and used + nbytes > limit:
-            shards.append(current)
-            current, used = {}, 0
-        current[name] = tensor
-        used += nbytes
-    shards.append(current)
     weight_map = {}
-    for i, shard in enumerate(shards):
-        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+    for name, shard in plan_raw_shards(state, limit):
         save_file(shard, str(folder / name))
         weight_map.update(dict.fromkeys(shard, name))
     (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))

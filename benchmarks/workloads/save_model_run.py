@@ -38,26 +38,18 @@ def build(size: str) -> torch.nn.Module:
 
 
 def raw_saver(model: torch.nn.Module, limit: int):
+    from raw_shards import plan_raw_shards
     from safetensors.torch import save_file
 
     state = model.state_dict()
-    shards, current, used = [], {}, 0
-    for name, tensor in state.items():
-        nbytes = tensor.numel() * tensor.element_size()
-        if current and used + nbytes > limit:
-            shards.append(current)
-            current, used = {}, 0
-        current[name] = tensor
-        used += nbytes
-    shards.append(current)
-    names = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
-    weight_map = {key: name for name, shard in zip(names, shards, strict=True) for key in shard}
+    planned = plan_raw_shards(state, limit)
+    weight_map = {key: name for name, shard in planned for key in shard}
     total = sum(t.numel() * t.element_size() for t in state.values())
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
 
     def save(folder: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
-        for name, shard in zip(names, shards, strict=True):
+        for name, shard in planned:
             save_file(shard, folder / name, metadata={"format": "pt"})
         text = json.dumps(index, indent=2, sort_keys=True) + "\n"
         (folder / "model.safetensors.index.json").write_text(text)

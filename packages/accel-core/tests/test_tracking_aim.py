@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("aim", reason="the aim extra is not installed")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tracking_readers import aim_run
+from tracking_readers import aim_run, awkward_config, awkward_config_as_json
 
 from accel_core import Accelerator
 
@@ -20,13 +20,7 @@ QUIET = {"aim": {"system_tracking_interval": None, "capture_terminal_logs": Fals
 
 def test_hparams_and_metrics_read_back_and_resume_continues_the_run(tmp_path):
     accelerator = Accelerator(log_with="aim", project_dir=tmp_path)
-    config = {
-        "lr": 0.1,
-        "layers": [2, 4],
-        "optim": {"name": "adam"},
-        "none": None,
-        "path": tmp_path / "data",
-    }
+    config = awkward_config(tmp_path)
     accelerator.init_trackers("demo", config=config, init_kwargs=QUIET)
     accelerator.log({"loss": 0.5}, step=1)
     accelerator.log({"loss": 0.25}, step=2)
@@ -44,11 +38,5 @@ def test_hparams_and_metrics_read_back_and_resume_continues_the_run(tmp_path):
 
     run = aim_run(tmp_path, run_hash)
     assert run["name"] == "demo"
-    assert run["hparams"] == {
-        "lr": 0.1,
-        "layers": [2, 4],
-        "optim": {"name": "adam"},
-        "none": None,
-        "path": str(tmp_path / "data"),
-    }
+    assert run["hparams"] == awkward_config_as_json(tmp_path)
     assert run["metrics"]["loss"] == [(1, 0.5), (2, 0.25), (3, 0.125)]

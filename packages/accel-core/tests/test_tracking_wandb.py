@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("wandb", reason="the wandb extra is not installed")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from tracking_readers import user_config, wandb_runs
+from tracking_readers import awkward_config, awkward_config_as_json, user_config, wandb_runs
 
 from accel_core import Accelerator
 
@@ -28,13 +28,7 @@ def offline(tmp_path, monkeypatch):
 
 def test_config_and_history_read_back(offline, tmp_path):
     accelerator = Accelerator(log_with="wandb")
-    config = {
-        "lr": 0.1,
-        "layers": [2, 4],
-        "optim": {"name": "adam"},
-        "none": None,
-        "path": tmp_path / "data",
-    }
+    config = awkward_config(tmp_path)
     accelerator.init_trackers("demo", config=config, init_kwargs=offline)
     accelerator.log({"loss": 0.5, "note": "warmup"}, step=1)
     accelerator.log({"loss": 0.25}, step=2)
@@ -44,13 +38,7 @@ def test_config_and_history_read_back(offline, tmp_path):
 
     (written,) = wandb_runs(tmp_path)
     assert written["run_id"] == run.id and written["project"] == "demo"
-    assert user_config(written["config"]) == {
-        "lr": 0.1,
-        "layers": [2, 4],
-        "optim": {"name": "adam"},
-        "none": None,
-        "path": str(tmp_path / "data"),
-    }
+    assert user_config(written["config"]) == awkward_config_as_json(tmp_path)
     assert [(row["_step"], row["loss"]) for row in written["history"]] == [(1, 0.5), (2, 0.25)]
     assert written["history"][0]["note"] == "warmup"
     assert written["exit_code"] == 0

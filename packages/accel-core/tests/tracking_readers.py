@@ -169,3 +169,19 @@ def jsonl_run(run_file: str | Path) -> tuple[list[dict], dict]:
     records = [json.loads(line) for line in path.read_text().splitlines()]
     meta = json.loads(path.with_name(path.name[: -len(".jsonl")] + ".run.json").read_text())
     return records, meta
+
+
+def awkward_config(folder: Path) -> dict:
+    """A config with what trackers can't store as is: a list, a dict, None and a path."""
+    return {
+        "lr": 0.1,
+        "layers": [2, 4],
+        "optim": {"name": "adam"},
+        "none": None,
+        "path": folder / "data",
+    }
+
+
+def awkward_config_as_json(folder: Path) -> dict:
+    """:func:`awkward_config` as a tracker keeping nesting stores it (the path as a string)."""
+    return {**awkward_config(folder), "path": str(folder / "data")}

@@ -14,7 +14,13 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, JSONValue, TrackerState, on_main_process
+from accel_core.tracking.base import (
+    GeneralTracker,
+    JSONValue,
+    TrackerState,
+    on_main_process,
+    require_started,
+)
 from accel_core.tracking.config_values import number, to_json
 
 if TYPE_CHECKING:
@@ -137,9 +143,7 @@ class AimTracker(GeneralTracker):
         self.start()
 
     def _writer(self) -> Run:
-        if self.writer is None:
-            raise RuntimeError("the aim tracker is not started: call init_trackers first")
-        return self.writer
+        return require_started(self.writer, "aim")
 
     @on_main_process
     def finish(self) -> None:

@@ -33,6 +33,14 @@ TrackerState = dict[str, JSONValue]
 """What identifies one tracker's run in a checkpoint (``{"run_id": ...}``)."""
 
 _Method = TypeVar("_Method", bound=Callable[..., object])
+_Run = TypeVar("_Run")
+
+
+def require_started(run: _Run | None, name: str) -> _Run:
+    """``run`` (a tracker's backend object); an error naming the tracker when it isn't started."""
+    if run is None:
+        raise RuntimeError(f"the {name} tracker is not started: call init_trackers first")
+    return run
 
 
 def on_main_process(function: _Method) -> _Method:

@@ -18,7 +18,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, JSONValue, TrackerState, on_main_process
+from accel_core.tracking.base import (
+    GeneralTracker,
+    JSONValue,
+    TrackerState,
+    on_main_process,
+    require_started,
+)
 from accel_core.tracking.config_values import number, to_json
 
 if TYPE_CHECKING:
@@ -104,9 +110,7 @@ class CometMLTracker(GeneralTracker):
         self.start()
 
     def _writer(self) -> CometExperiment:
-        if self.writer is None:
-            raise RuntimeError("the comet_ml tracker is not started: call init_trackers first")
-        return self.writer
+        return require_started(self.writer, "comet_ml")
 
     @on_main_process
     def finish(self) -> None:

@@ -25,7 +25,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-from accel_core.tracking.base import GeneralTracker, JSONValue, TrackerState, on_main_process
+from accel_core.tracking.base import (
+    GeneralTracker,
+    JSONValue,
+    TrackerState,
+    on_main_process,
+    require_started,
+)
 from accel_core.tracking.config_values import to_json
 
 
@@ -123,10 +129,9 @@ class JSONLinesTracker(GeneralTracker):
         """Append one line ``{"step", "time", "values"}``; takes no keyword arguments."""
         if kwargs:
             raise TypeError(f"the jsonl tracker's log takes no keyword arguments, got {kwargs}")
-        if self._file is None:
-            raise RuntimeError("the jsonl tracker is not started: call init_trackers first")
+        handle = require_started(self._file, "jsonl")
         record = {"step": step, "time": time.time(), "values": to_json(values)}
-        self._file.write(json.dumps(record) + "\n")
+        handle.write(json.dumps(record) + "\n")
         self._logged = True
         if step is not None:
             self._last_step = step

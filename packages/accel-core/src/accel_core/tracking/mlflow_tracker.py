@@ -21,7 +21,13 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, JSONValue, TrackerState, on_main_process
+from accel_core.tracking.base import (
+    GeneralTracker,
+    JSONValue,
+    TrackerState,
+    on_main_process,
+    require_started,
+)
 from accel_core.tracking.config_values import flatten, number, to_scalar
 
 if TYPE_CHECKING:
@@ -220,9 +226,7 @@ class MLflowTracker(GeneralTracker):
         self.start()
 
     def _run(self) -> ActiveRun:
-        if self.active_run is None:
-            raise RuntimeError("the mlflow tracker is not started: call init_trackers first")
-        return self.active_run
+        return require_started(self.active_run, "mlflow")
 
     @on_main_process
     def finish(self) -> None:

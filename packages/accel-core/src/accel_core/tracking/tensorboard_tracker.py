@@ -18,7 +18,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, JSONValue, TrackerState, on_main_process
+from accel_core.tracking.base import (
+    GeneralTracker,
+    JSONValue,
+    TrackerState,
+    on_main_process,
+    require_started,
+)
 from accel_core.tracking.config_values import flatten, number, to_json, to_scalar
 
 if TYPE_CHECKING:
@@ -146,9 +152,7 @@ class TensorBoardTracker(GeneralTracker):
         self.start()
 
     def _writer(self) -> SummaryWriter:
-        if self.writer is None:
-            raise RuntimeError("the tensorboard tracker is not started: call init_trackers first")
-        return self.writer
+        return require_started(self.writer, "tensorboard")
 
     def _end(self, failed: bool) -> None:
         writer = self.writer

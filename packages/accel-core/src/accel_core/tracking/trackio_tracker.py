@@ -13,7 +13,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, JSONValue, TrackerState, on_main_process
+from accel_core.tracking.base import (
+    GeneralTracker,
+    JSONValue,
+    TrackerState,
+    on_main_process,
+    require_started,
+)
 from accel_core.tracking.config_values import to_json
 
 if TYPE_CHECKING:
@@ -107,9 +113,7 @@ class TrackioTracker(GeneralTracker):
         return all(self.init_kwargs.get(key) is None for key in remote)
 
     def _run(self) -> Run:
-        if self.run is None:
-            raise RuntimeError("the trackio tracker is not started: call init_trackers first")
-        return self.run
+        return require_started(self.run, "trackio")
 
     @on_main_process
     def finish(self) -> None:

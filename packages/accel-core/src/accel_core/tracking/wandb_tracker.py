@@ -19,7 +19,13 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, JSONValue, TrackerState, on_main_process
+from accel_core.tracking.base import (
+    GeneralTracker,
+    JSONValue,
+    TrackerState,
+    on_main_process,
+    require_started,
+)
 from accel_core.tracking.config_values import to_json
 
 if TYPE_CHECKING:
@@ -126,9 +132,7 @@ class WandBTracker(GeneralTracker):
         self.start()
 
     def _run(self) -> Run:
-        if self.run is None:
-            raise RuntimeError("the wandb tracker is not started: call init_trackers first")
-        return self.run
+        return require_started(self.run, "wandb")
 
     @on_main_process
     def finish(self) -> None:
