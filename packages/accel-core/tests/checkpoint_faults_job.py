@@ -1,7 +1,7 @@
 """Worker for the checkpoint fault tests: a save that only some ranks call, and a process killed
 with SIGKILL in the middle of writing a checkpoint.
 
-Usage: checkpoint_faults_job.py PROJECT {main-only|kill-mid-save|round-trip}
+Usage: checkpoint_faults_job.py PROJECT {main-only|kill-mid-save|round-trip|corrupt}
 """
 
 from __future__ import annotations
@@ -65,6 +65,20 @@ def main() -> None:
         same = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
         print(f"RESULT rank={accelerator.process_index} same={same} files=", end="")
         print(",".join(sorted(p.name for p in folder.iterdir())))
+    elif mode == "corrupt":
+        folder = Path(accelerator.save_state())
+        if accelerator.is_main_process:
+            for name in ("model.safetensors", "random_states_1.pkl"):
+                data = bytearray((folder / name).read_bytes())
+                data[-1] ^= 0xFF
+                (folder / name).write_bytes(bytes(data))
+        accelerator.wait_for_everyone()
+        from accel_core.checkpointing import CheckpointError
+
+        try:
+            accelerator.load_state()
+        except CheckpointError as error:
+            print(f"LOADERR rank={accelerator.process_index} {error}")
     accelerator.end_training()
 
 

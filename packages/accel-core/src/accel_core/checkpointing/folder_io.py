@@ -160,6 +160,10 @@ class CheckpointReader:
             return name in self.manifest.files
         return self.path(name).exists()
 
+    def mark_verified(self, names: list[str]) -> None:
+        """Record that ``names`` were checked already (by :func:`verify_split`)."""
+        self._verified.update(names)
+
     def verify(self, name: str) -> None:
         """Check ``name`` against the manifest (size and CRC-32) once; raise if it differs."""
         if self.manifest is not None and name not in self._verified:

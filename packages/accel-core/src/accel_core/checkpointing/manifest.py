@@ -80,8 +80,11 @@ class Manifest:
             os.fsync(handle.fileno())
         os.replace(temporary, folder / MANIFEST)
 
-    def verify(self, folder: Path, names: list[str] | None = None) -> None:
-        """Check that the listed files (or ``names`` of them) exist with their size and CRC-32.
+    def verify(
+        self, folder: Path, names: list[str] | None = None, checksums: set[str] | None = None
+    ) -> None:
+        """Check that the listed files (or ``names`` of them) exist with their size and CRC-32
+        (the CRC-32 only of ``checksums``, when given).
 
         Raises ``CheckpointError`` naming the first file that is missing, truncated or changed.
         """
@@ -101,12 +104,27 @@ class Manifest:
                     f"checkpoint file {path} is truncated or overwritten: {size} bytes, the "
                     f"manifest says {record.size}."
                 )
+            if checksums is not None and name not in checksums:
+                continue
             crc = file_crc32(path)
             if crc != record.crc32:
                 raise CheckpointError(
                     f"checkpoint file {path} is corrupt: its CRC-32 is {crc:08x}, the manifest "
                     f"says {record.crc32:08x}."
                 )
+
+
+def checksum_share(files: dict[str, FileRecord], index: int, count: int) -> set[str]:
+    """The files whose CRC-32 process ``index`` of ``count`` checks: the biggest first, each to
+    the process with the fewest bytes so far (the same split on every process)."""
+    loads = [0] * count
+    share: set[str] = set()
+    for name in sorted(files, key=lambda n: (-files[n].size, n)):
+        least = loads.index(min(loads))
+        loads[least] += files[name].size
+        if least == index:
+            share.add(name)
+    return share
 
 
 def file_crc32(path: Path) -> int:

@@ -104,7 +104,7 @@ class CheckpointingMixin:
         signature (its DeepSpeed engine takes them); the built-in strategies use none, and any
         given is an error rather than silently dropped. Returns the checkpoint folder.
         """
-        from accel_core.checkpointing import commit, model_states, snapshot
+        from accel_core.checkpointing import commit, snapshot
 
         self._background_saver.wait()
         if save_model_func_kwargs:
@@ -124,15 +124,7 @@ class CheckpointingMixin:
         if writes_here:
             folders.prepare_temporary(target)
         self._meet("save_state")
-        # Keyed like the unwrapped models (no ``module.``), as Accelerate writes and reads them.
-        weights = [
-            model_states.as_unwrapped_keys(state, model)
-            for state, model in zip(
-                strategy.checkpoint_model_states(self._models),  # type: ignore[attr-defined]
-                self._models,  # type: ignore[attr-defined]
-                strict=True,
-            )
-        ]
+        weights = strategy.checkpoint_model_states(self._models)  # type: ignore[attr-defined]
         for hook in self._save_model_state_pre_hook.values():
             hook(self._models, weights, str(temporary))  # type: ignore[attr-defined]
         state = snapshot.take(self, target, temporary, weights, safe_serialization, async_save)  # type: ignore[arg-type]

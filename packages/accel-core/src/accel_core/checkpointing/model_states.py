@@ -36,23 +36,6 @@ def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def as_unwrapped_keys(state: dict[str, Any], model: torch.nn.Module) -> dict[str, Any]:
-    """``state`` of the prepared ``model`` keyed like the model inside its wrappers.
-
-    The prefix removed is the path from ``model`` to that inner model (``module.`` for DDP,
-    ``_orig_mod.`` for ``torch.compile``, both when nested), and only when every key has it: a
-    strategy that already returns the inner model's keys keeps them.
-    """
-    inner = extract_model_from_parallel(model, keep_torch_compile=False)
-    if inner is model or not state:
-        return state
-    path = next((name for name, module in model.named_modules() if module is inner), "")
-    prefix = f"{path}." if path else ""
-    if not prefix or not all(key.startswith(prefix) for key in state):
-        return state
-    return type(state)((key[len(prefix) :], value) for key, value in state.items())
-
-
 def read_model_state(reader: CheckpointReader, index: int, device: str) -> tuple[str, dict]:
     """The state dict of model ``index`` (safetensors, else ``pytorch_model*.bin``) and its name."""
     name = names.model_file(index, safe_serialization=True)

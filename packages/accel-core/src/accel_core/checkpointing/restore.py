@@ -9,6 +9,7 @@ schedulers, the scaler, registered objects, loader positions and, last, the rand
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from accel_core.checkpointing import names, rng_states, safe_load
 from accel_core.checkpointing.errors import CheckpointError
 from accel_core.checkpointing.folder_io import CheckpointReader
-from accel_core.checkpointing.manifest import Manifest
+from accel_core.checkpointing.manifest import Manifest, checksum_share
 from accel_core.data_loader.progress import ResumePoint
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ def load(
     manifest = Manifest.read(folder)
     reader = CheckpointReader(folder, manifest, weights_only=weights_only)
     rank, world_size = accelerator.process_index, accelerator.num_processes
+    if manifest is not None:
+        _verify_split(manifest, reader, accelerator.local_process_index, world_size)
     _check_counts(accelerator, reader)
     scheduler_states = [
         reader.read_object(names.scheduler_file(i)) for i in range(len(accelerator._schedulers))
@@ -124,6 +127,31 @@ def load(
             _apply_accelerate_sampler(loader, samplers[index])
         if index < len(positions):
             _restore_position(loader, positions[index], rng, saved_world, world_size, index)
+
+
+def _verify_split(
+    manifest: Manifest, reader: CheckpointReader, local_rank: int, world_size: int
+) -> None:
+    """Check every file of the checkpoint before anything is read into the model.
+
+    Each process checks every size, and the CRC-32 of its share of the files (the processes of a
+    node share its disk, so they split its files between them); the results are exchanged, so a
+    damaged file is an error on every process.
+    """
+    from accel_ops import gather_object
+
+    local_world = min(world_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
+    mine = checksum_share(manifest.files, local_rank, max(1, local_world))
+    try:
+        manifest.verify(reader.root, checksums=mine)
+        error = None
+    except CheckpointError as caught:
+        error = str(caught)
+    errors = gather_object([error]) if world_size > 1 else [error]
+    found = next((e for e in errors if e is not None), None)
+    if found is not None:
+        raise CheckpointError(found)
+    reader.mark_verified(sorted(manifest.files))
 
 
 def _restore_gradients(model: Any, saved: dict[str, Any] | None) -> None:

@@ -127,7 +127,7 @@ class Strategy(ABC):
         under DDP), which is what Hugging Face Accelerate 1.15 writes and loads, so either
         library reads the other's checkpoints.
         """
-        return [self.unwrap_model(model).state_dict() for model in models]
+        return [self.unwrap_model(model, keep_torch_compile=False).state_dict() for model in models]
 
     def checkpoint_optimizer_states(
         self, optimizers: list[torch.optim.Optimizer]
