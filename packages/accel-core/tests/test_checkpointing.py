@@ -298,3 +298,31 @@ def test_accelerate_sampler_file_is_read_without_unpickling_the_dataset(tmp_path
     assert record.epoch == 4 and record.initial_seed == 7
     assert torch.equal(record.generator.get_state(), sampler.generator.get_state())
     assert not isinstance(record.data_source, TensorDataset)  # an inert placeholder instead
+
+
+def test_async_saves_copy_into_the_previous_copies_and_keep_tied_weights_tied(tmp_path):
+    accelerator = Accelerator()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 3))
+    model[1].weight = model[0].weight  # tied
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    accelerator.save_state(tmp_path / "first", async_save=True)
+    accelerator.wait_for_checkpoint()
+    first_copy = accelerator._background_saver.staging["weights"][0]["0.weight"]
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    expected = model[0].weight.detach().clone()
+    accelerator.save_state(tmp_path / "second", async_save=True)
+    with torch.no_grad():
+        model[0].weight.add_(1.0)  # after the call: not in the checkpoint
+    accelerator.wait_for_checkpoint()
+
+    second_copy = accelerator._background_saver.staging["weights"][0]["0.weight"]
+    assert second_copy.data_ptr() == first_copy.data_ptr()  # copied into the same memory
+    saved = load_file(tmp_path / "second" / "model.safetensors")
+    assert "1.weight" not in saved  # one tensor for the tied pair, as a synchronous save
+    assert torch.equal(saved["0.weight"], expected)
+    accelerator.end_training()
+    assert accelerator._background_saver.staging is None

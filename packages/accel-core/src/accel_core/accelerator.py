@@ -433,6 +433,7 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         """Forget every prepared object and release memory; returns ``objects`` as ``None``s."""
         from accel_core.memory import release_memory
 
+        self._background_saver.release()
         self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
         self.step = 0
         return release_memory(*objects)
@@ -492,7 +493,7 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
     def end_training(self) -> None:
         """Finish the run: wait for an asynchronous save, finish the trackers, wait for every
         process, then let the strategy release what it holds."""
-        self.wait_for_checkpoint()
+        self._background_saver.release()
         self._finish_tracking()
         self.wait_for_everyone()
         self.strategy.teardown()

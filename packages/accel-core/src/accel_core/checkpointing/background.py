@@ -1,9 +1,12 @@
 """``save_state(async_save=True)``: write a snapshot in a background thread.
 
-The thread coordinates the processes over a gloo group of its own, created once by the first
-asynchronous save (every process is in ``save_state`` then), so it never interleaves with the
-training loop's collectives. The next ``save_state``, ``load_state`` and ``end_training`` wait for
-it; an error in the thread is raised there, never lost.
+The CPU copies of one save are kept and the next asynchronous save copies into them, so only
+the first one pays for fresh memory (the price: one CPU copy of the state stays allocated
+between saves, until ``end_training`` or ``free_memory``). The thread coordinates the processes
+over a gloo group of its own, created once by the first asynchronous save (every process is in
+``save_state`` then), so it never interleaves with the training loop's collectives. The next
+``save_state``, ``load_state`` and ``end_training`` wait for it; an error in the thread is raised
+there, never lost.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from accel_core.checkpointing.commit import write_and_commit
-from accel_core.checkpointing.snapshot import Snapshot
+from accel_core.checkpointing.snapshot import Snapshot, staged
 
 if TYPE_CHECKING:
     from accel_core.strategies import Strategy
@@ -28,6 +31,8 @@ class BackgroundSaver:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._group: Any = None
+        #: The copies of the last asynchronous save (see ``snapshot.staged``), reused by the next.
+        self.staging: dict[str, Any] | None = None
 
     def start(self, snapshot: Snapshot, strategy: Strategy) -> None:
         """Write ``snapshot`` in a thread (the caller waited for the previous one)."""
@@ -35,6 +40,7 @@ class BackgroundSaver:
             self._group = dist.new_group(backend="gloo")
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.synchronize()  # the pinned copies were made with non_blocking=True
+        self.staging = staged(snapshot)
         self._thread = threading.Thread(
             target=self._run, args=(snapshot, strategy), name="accel-async-save", daemon=False
         )
@@ -50,6 +56,11 @@ class BackgroundSaver:
     def busy(self) -> bool:
         """Whether a checkpoint is still being written."""
         return self._thread is not None and self._thread.is_alive()
+
+    def release(self) -> None:
+        """Wait for the background save, then drop the kept copies."""
+        self.wait()
+        self.staging = None
 
     def wait(self) -> None:
         """Block until the background save finished; raise its error if it failed."""

@@ -127,7 +127,15 @@ class CheckpointingMixin:
         weights = strategy.checkpoint_model_states(self._models)  # type: ignore[attr-defined]
         for hook in self._save_model_state_pre_hook.values():
             hook(self._models, weights, str(temporary))  # type: ignore[attr-defined]
-        state = snapshot.take(self, target, temporary, weights, safe_serialization, async_save)  # type: ignore[arg-type]
+        state = snapshot.take(
+            self,  # type: ignore[arg-type]
+            target,
+            temporary,
+            weights,
+            safe_serialization,
+            copy=async_save,
+            staging=self._background_saver.staging,
+        )
         if checkpoints_dir is not None:
             state.checkpoints_dir = checkpoints_dir
             state.total_limit = self.project_configuration.total_limit  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ import torch
 
 from accel_core.checkpointing import rng_states
 from accel_core.checkpointing.manifest import Manifest, library_versions
+from accel_core.strategies.base import Strategy
 
 if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
@@ -51,8 +52,10 @@ def take(
     weights: list[dict[str, Any]],
     safe_serialization: bool,
     copy: bool,
+    staging: dict[str, Any] | None = None,
 ) -> Snapshot:
-    """Read every state now; with ``copy`` the tensors are CPU copies owned by the snapshot."""
+    """Read every state now; with ``copy`` the tensors are CPU copies owned by the snapshot,
+    written into ``staging`` (the copies of the previous asynchronous save) where they fit."""
     strategy = accelerator.strategy
     loaders = accelerator._dataloaders
     rng = rng_states.capture(accelerator.step)
@@ -93,18 +96,31 @@ def take(
         is_writer=state.is_local_main_process if on_each_node else state.is_main_process,
         node=state.process_index - state.local_process_index,
     )
+    if not snapshot.is_writer and type(strategy).save_checkpoint is Strategy.save_checkpoint:
+        # The default save_checkpoint writes models and optimizers from the writers only.
+        snapshot.weights, snapshot.optimizer_states = [], []
     if copy:
-        for name in (
-            "weights",
-            "optimizer_states",
-            "scheduler_states",
-            "scaler_state",
-            "custom_states",
-            "loader_states",
-            "gradients",
-        ):
-            setattr(snapshot, name, copy_to_cpu(getattr(snapshot, name)))
+        earlier = staging or {}
+        for name in STAGED_FIELDS:
+            setattr(snapshot, name, copy_to_cpu(getattr(snapshot, name), earlier.get(name)))
     return snapshot
+
+
+#: The snapshot fields an asynchronous save copies (and keeps, to copy into next time).
+STAGED_FIELDS = (
+    "weights",
+    "optimizer_states",
+    "scheduler_states",
+    "scaler_state",
+    "custom_states",
+    "loader_states",
+    "gradients",
+)
+
+
+def staged(snapshot: Snapshot) -> dict[str, Any]:
+    """The copies an asynchronous save made, to be reused by the next one."""
+    return {name: getattr(snapshot, name) for name in STAGED_FIELDS}
 
 
 def _accumulated_gradients(accelerator: Accelerator) -> list[dict[str, torch.Tensor]]:
@@ -141,17 +157,58 @@ def _loader_summary(loader: Any) -> dict[str, Any]:
     }
 
 
-def copy_to_cpu(value: Any) -> Any:
-    """A deep copy of ``value`` whose tensors are detached CPU copies (pinned for CUDA ones)."""
+def copy_to_cpu(
+    value: Any, reuse: Any = None, memo: dict[tuple, torch.Tensor] | None = None
+) -> Any:
+    """A deep copy of ``value`` whose tensors are detached CPU copies (pinned for CUDA ones).
+
+    ``reuse`` is an earlier copy of the same structure: tensors of the same shape and dtype are
+    copied into it instead of into new memory (no page faults, no pinning). Views of one storage
+    (tied weights) stay one copy.
+    """
+    memo = {} if memo is None else memo
     if isinstance(value, torch.Tensor):
-        if value.device.type == "cuda":
+        key = _view_key(value)
+        if key in memo:
+            return memo[key]
+        source = value.detach()
+        if (
+            isinstance(reuse, torch.Tensor)
+            and reuse.device.type == "cpu"
+            and reuse.shape == value.shape
+            and reuse.dtype == value.dtype
+        ):
+            copied = reuse.copy_(source, non_blocking=value.device.type == "cuda")
+        elif value.device.type == "cuda":
             pinned = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
-            return pinned.copy_(value.detach(), non_blocking=True)
-        return value.detach().to("cpu", copy=True)
+            copied = pinned.copy_(source, non_blocking=True)
+        else:
+            copied = source.to("cpu", copy=True)
+        memo[key] = copied
+        return copied
     if isinstance(value, dict):
-        return type(value)((key, copy_to_cpu(item)) for key, item in value.items())
-    if isinstance(value, list):
-        return [copy_to_cpu(item) for item in value]
-    if isinstance(value, tuple):
-        return tuple(copy_to_cpu(item) for item in value)
+        earlier = reuse if isinstance(reuse, dict) else {}
+        return type(value)(
+            (key, copy_to_cpu(item, earlier.get(key), memo)) for key, item in value.items()
+        )
+    if isinstance(value, (list, tuple)):
+        earlier = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(value) else None
+        items = [
+            copy_to_cpu(item, earlier[i] if earlier is not None else None, memo)
+            for i, item in enumerate(value)
+        ]
+        return items if isinstance(value, list) else tuple(items)
     return value
+
+
+def _view_key(tensor: torch.Tensor) -> tuple:
+    if tensor.device.type == "meta" or tensor.numel() == 0:
+        return (id(tensor),)
+    return (
+        tensor.device,
+        tensor.untyped_storage().data_ptr(),
+        tensor.storage_offset(),
+        tuple(tensor.shape),
+        tuple(tensor.stride()),
+        tensor.dtype,
+    )
