@@ -53,19 +53,13 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
                 snapshot.removed = folders.prune(snapshot.checkpoints_dir, snapshot.total_limit)
         except OSError as caught:
             errors.append(f"rank {snapshot.rank}: {type(caught).__name__}: {caught}")
-    errors += [e for e in _exchange(errors[:1] or None, snapshot.world_size, group) if e]
+    # The writers' rename is the last step: the second exchange tells everyone how it went.
+    errors += [e for e in _exchange(errors[0] if errors else None, snapshot.world_size, group) if e]
     if errors:
         raise CheckpointError(
             f"save_state could not write {snapshot.target}; the previous checkpoint is "
-            f"unchanged. {sorted(set(_flatten(errors)))[0]}"
+            f"unchanged. {errors[0]}"
         )
-
-
-def _flatten(items: list[Any]) -> list[str]:
-    flat: list[str] = []
-    for item in items:
-        flat.extend(_flatten(item) if isinstance(item, list) else [str(item)])
-    return flat
 
 
 def _write(snapshot: Snapshot, strategy: Strategy, writer: CheckpointWriter) -> None:
