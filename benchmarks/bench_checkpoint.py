@@ -6,7 +6,7 @@ and AdamW after one step (336 MB of exp_avg / exp_avg_sq). Raw saves the way a h
 does: rank 0 ``torch.save``s the model's and the optimizer's state dicts, then a barrier; raw
 loads with ``torch.load`` + ``load_state_dict`` on every rank. The libraries write their full
 checkpoint (safetensors weights, optimizer, RNG states; accel also its manifest of sizes and
-CRC-32s, written into a temporary folder renamed into place). Each figure is the median over
+checksums, written into a temporary folder renamed into place). Each figure is the median over
 several calls after a warm-up of the slowest process's time for the call, which starts after a
 barrier; every save goes into a fresh folder in the scratch directory (on disk, but the files
 stay in the page cache: this measures the libraries, not the disk); loads read the checkpoint

@@ -46,7 +46,7 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path, nprocs)
     ]
     previous = checkpoints / "checkpoint_0"
     manifest = Manifest.read(previous)
-    manifest.verify(previous)  # every file present with its size and CRC-32
+    manifest.verify(previous)  # every file present with its size and checksum
     assert manifest.world_size == nprocs
     # The half-written checkpoint is not picked by load_state(), nor counted by total_limit.
     accelerator = Accelerator(
@@ -73,14 +73,14 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path, nprocs)
 
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_a_corrupt_file_is_an_error_on_every_rank(tmp_path, nprocs):
-    # The ranks split the CRC-32 checks between them; whichever checked a damaged file, every
+    # The ranks split the checksum checks between them; whichever checked a damaged file, every
     # rank must refuse the checkpoint, naming the first damaged file in the same words.
     results = run_workers(nprocs, script=JOB, args=[str(tmp_path), "corrupt"])
     errors = [line for r in results for line in r.stdout.splitlines() if line.startswith("LOADER")]
     assert len(errors) == nprocs, [r.stdout for r in results]
     messages = {line.split(" ", 2)[2] for line in errors}
     assert len(messages) == 1
-    assert "is corrupt: its CRC-32 is" in messages.pop()
+    assert "is corrupt: its checksum is" in messages.pop()
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])

@@ -3,7 +3,7 @@
 - :mod:`~accel_core.checkpointing.names`: the file names (Accelerate's, plus our manifest).
 - :mod:`~accel_core.checkpointing.folder_io`: :class:`CheckpointWriter` / :class:`CheckpointReader`,
   what a :class:`~accel_core.Strategy` writes and reads through.
-- :mod:`~accel_core.checkpointing.manifest`: ``accel_checkpoint.json`` (sizes, CRC-32s, versions).
+- :mod:`~accel_core.checkpointing.manifest`: ``accel_checkpoint.json`` (sizes, checksums, versions).
 - :mod:`~accel_core.checkpointing.folders`: automatic names, the temporary folder, pruning.
 - :mod:`~accel_core.checkpointing.snapshot` / :mod:`~accel_core.checkpointing.commit` /
   :mod:`~accel_core.checkpointing.background`: taking, writing and committing a checkpoint.

@@ -1,6 +1,6 @@
 """``accel_checkpoint.json``: what a complete checkpoint contains, written last.
 
-It lists every file with its size and CRC-32, the world size, the step and iteration, the
+It lists every file with its size and xxh3-64 checksum, the world size, the step and iteration, the
 library versions, and what each prepared loader and tracker needs to resume. A folder whose
 manifest is missing was either written by Accelerate (accepted, without checks) or is not a
 checkpoint; a temporary folder never has the final name, so it is never mistaken for one.
@@ -9,8 +9,8 @@ checkpoint; a temporary folder never has the final name, so it is never mistaken
 from __future__ import annotations
 
 import json
+import mmap
 import os
-import zlib
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,15 +21,25 @@ from accel_core.checkpointing.names import MANIFEST
 
 FORMAT = "accel-checkpoint"
 VERSION = 1
-_CHUNK = 16 * 1024 * 1024
+
+
+CHECKSUM = "xxh3_64"
+"""The checksum of every file: xxHash's XXH3 (64 bits), several times faster than CRC-32."""
+
+
+def new_checksum() -> Any:
+    """An empty running XXH3-64 checksum (``update(bytes)``, ``hexdigest()``)."""
+    import xxhash
+
+    return xxhash.xxh3_64()
 
 
 @dataclass
 class FileRecord:
-    """One file of the checkpoint: its size in bytes and CRC-32, and the rank that wrote it."""
+    """One file of the checkpoint: its size in bytes, its checksum (hex), the rank that wrote it."""
 
     size: int
-    crc32: int
+    checksum: str
     rank: int = 0
 
 
@@ -51,7 +61,7 @@ class Manifest:
     created: str = ""
 
     def to_json(self) -> str:
-        data = {"format": FORMAT, "version": VERSION, **asdict(self)}
+        data = {"format": FORMAT, "version": VERSION, "checksum": CHECKSUM, **asdict(self)}
         data["created"] = data["created"] or datetime.now(timezone.utc).isoformat()
         return json.dumps(data, indent=1, sort_keys=True)
 
@@ -66,6 +76,8 @@ class Manifest:
             if data.pop("format") != FORMAT:
                 raise ValueError("not an accel checkpoint manifest")
             data.pop("version")
+            if data.pop("checksum", None) != CHECKSUM:
+                raise ValueError(f"files are not checksummed with {CHECKSUM}")
             data["files"] = {name: FileRecord(**rec) for name, rec in data["files"].items()}
             return cls(**data)
         except (ValueError, KeyError, TypeError) as error:
@@ -83,8 +95,8 @@ class Manifest:
     def verify(
         self, folder: Path, names: list[str] | None = None, checksums: set[str] | None = None
     ) -> None:
-        """Check that the listed files (or ``names`` of them) exist with their size and CRC-32
-        (the CRC-32 only of ``checksums``, when given).
+        """Check that the listed files (or ``names`` of them) exist with their size and checksum
+        (the checksum only of ``checksums``, when given).
 
         Raises ``CheckpointError`` naming the first file that is missing, truncated or changed.
         """
@@ -106,16 +118,16 @@ class Manifest:
                 )
             if checksums is not None and name not in checksums:
                 continue
-            crc = file_crc32(path)
-            if crc != record.crc32:
+            found = file_checksum(path)
+            if found != record.checksum:
                 raise CheckpointError(
-                    f"checkpoint file {path} is corrupt: its CRC-32 is {crc:08x}, the manifest "
-                    f"says {record.crc32:08x}."
+                    f"checkpoint file {path} is corrupt: its checksum is {found}, the manifest "
+                    f"says {record.checksum}."
                 )
 
 
 def checksum_share(files: dict[str, FileRecord], index: int, count: int) -> set[str]:
-    """The files whose CRC-32 process ``index`` of ``count`` checks: the biggest first, each to
+    """The files whose checksum process ``index`` of ``count`` checks: the biggest first, each to
     the process with the fewest bytes so far (the same split on every process)."""
     loads = [0] * count
     share: set[str] = set()
@@ -127,17 +139,16 @@ def checksum_share(files: dict[str, FileRecord], index: int, count: int) -> set[
     return share
 
 
-def file_crc32(path: Path) -> int:
-    """The CRC-32 of a file, read in 16 MiB chunks."""
-    crc = 0
-    buffer = bytearray(_CHUNK)
-    view = memoryview(buffer)
-    with open(path, "rb", buffering=0) as handle:
-        while True:
-            count = handle.readinto(buffer)
-            if not count:
-                return crc
-            crc = zlib.crc32(view[:count], crc)
+def file_checksum(path: Path) -> str:
+    """The checksum of a file (hex), hashed straight from a read-only memory map of it (no copy
+    into a buffer: twice as fast as reading it in chunks)."""
+    checksum = new_checksum()
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size:
+            with mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ) as mapped:
+                checksum.update(mapped)
+    return checksum.hexdigest()
 
 
 def library_versions() -> dict[str, str]:

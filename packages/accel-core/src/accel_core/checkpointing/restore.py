@@ -1,6 +1,6 @@
 """``load_state``: read a checkpoint (ours or Hugging Face Accelerate's), check it, restore it.
 
-Everything is read and checked before anything changes: the manifest's sizes and CRC-32s, the
+Everything is read and checked before anything changes: the manifest's sizes and checksums, the
 number of models, optimizers, schedulers and registered objects, the world size, and (in the
 strategy) every key and shape. Then models and optimizers are loaded by the strategy, then
 schedulers, the scaler, registered objects, loader positions and, last, the random states.
@@ -134,7 +134,7 @@ def _verify_split(
 ) -> None:
     """Check every file of the checkpoint before anything is read into the model.
 
-    Each process checks every size, and the CRC-32 of its share of the files (the processes of a
+    Each process checks every size, and the checksum of its share of the files (the processes of a
     node share its disk, so they split its files between them); the results are exchanged, so a
     damaged file is an error on every process.
     """

@@ -152,9 +152,16 @@ def _loader_summary(loader: Any) -> dict[str, Any]:
         "class": type(loader).__name__,
         "epoch": int(getattr(loader, "iteration", 0)),
         "batches": progress.batches if progress is not None and progress.in_epoch else 0,
-        "batch_size": getattr(loader, "batch_size", None),
+        "total_batch_size": _total_batch_size(loader),
         "stateful": bool(getattr(loader, "use_stateful_dataloader", False)),
     }
+
+
+def _total_batch_size(loader: Any) -> int | None:
+    try:
+        return int(loader.total_batch_size)
+    except (AttributeError, TypeError, NotImplementedError):
+        return None
 
 
 def copy_to_cpu(
