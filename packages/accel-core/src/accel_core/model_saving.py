@@ -14,11 +14,11 @@ The write, on a writing process:
    shared in one shard (``torch.save``); non-contiguous tensors are made contiguous.
 2. Every shard, then the index (when there are several shards), is written to a hidden
    temporary name in ``save_directory`` (``.model-00001-of-00002.safetensors.<id>.tmp``).
-3. Only when all of them are complete are they renamed into place with ``os.replace``, the index
-   last. Until then the folder still holds the previous save unchanged, so a crash while writing
-   (the long part) leaves it loadable; a failed write removes its temporary files. Only a crash
-   among the renames themselves (metadata operations, milliseconds) can leave old and new shards
-   mixed.
+3. Only when all of them are complete are they moved into place (the old file of that name
+   unlinked, the temporary one renamed), the index last. Until then the folder still holds the
+   previous save unchanged, so a crash while writing (the long part) leaves it loadable; a failed
+   write removes its temporary files. Only a crash among the renames themselves (metadata
+   operations, milliseconds) can leave old and new shards mixed, or one missing.
 4. Files of a previous save of the same format that the new one does not reuse (its index, shards
    beyond the new count, a single file replaced by shards or the reverse) are removed, the index
    first. Files of the other format are kept, with a warning, since loaders may prefer them.
@@ -192,6 +192,9 @@ def _write_then_rename(
             content = json.dumps(plan.index(), indent=2, sort_keys=True) + "\n"
             pending[index].write_text(content, encoding="utf-8")
         for filename in list(pending):
+            # Unlink first: renaming over an existing file makes ext4 flush the new data at once
+            # (its replace-via-rename heuristic), which made saving over a previous save 3x slower.
+            (directory / filename).unlink(missing_ok=True)
             os.replace(pending[filename], directory / filename)
             del pending[filename]
     except BaseException:
