@@ -68,15 +68,21 @@ def main() -> int:
 def _merged(previous: str, sections: list[str]) -> list[str]:
     """``previous`` with the ``### `` sections measured now replaced (a partial run keeps the rest).
 
-    The header of ``previous`` stays, followed by a line naming what this run measured again.
+    The header of ``previous`` stays, with one ``Measured again <date>: <section>.`` line per
+    section measured since (a section measured again replaces its older line).
     """
     old_parts = previous.split("\n### ")
     new_tables = {part.split("\n", 1)[0][4:]: part for part in sections if part.startswith("### ")}
-    merged = [old_parts[0].rstrip(), ""]
-    merged.append(
-        f"Measured again {time.strftime('%Y-%m-%d')}: {', '.join(new_tables) or 'nothing'}."
-    )
-    merged.append("")
+    again = [f"Measured again {time.strftime('%Y-%m-%d')}: {title}." for title in new_tables]
+    kept = [
+        line
+        for line in old_parts[0].rstrip().splitlines()
+        if not any(
+            line.startswith("Measured again ") and line.endswith(f": {t}.") for t in new_tables
+        )
+    ]
+    merged = ["\n".join(kept).rstrip(), ""]
+    merged += [line + "\n" for line in again]
     for part in old_parts[1:]:
         title = part.split("\n", 1)[0]
         merged.append(new_tables.pop(title, "### " + part).rstrip() + "\n")
