@@ -1,6 +1,32 @@
-"""Helpers under Accelerate's ``accelerate.utils`` names, each defined where it is used."""
+"""Helpers under Accelerate's ``accelerate.utils`` names, each defined where it is used.
+
+``accel.utils`` holds its own table plus the tables of its submodules (``accel.utils.modeling``,
+``accel.utils.operations``, ...), the way ``accelerate.utils`` re-exports its submodules' names.
+"""
 
 from accel._lazy import export_table
+from accel.utils import (
+    ao,
+    bnb,
+    constants,
+    dataclasses,
+    deepspeed,
+    environment,
+    fsdp_utils,
+    imports,
+    launch,
+    megatron_lm,
+    memory,
+    modeling,
+    offload,
+    operations,
+    other,
+    random,
+    torch_xla,
+    transformer_engine,
+    versions,
+)
+from accel.utils import tqdm as _tqdm_module
 
 _NAMES = {
     "gather": "accel_ops",
@@ -148,5 +174,35 @@ _UNSUPPORTED = {
     "save_fsdp_optimizer": _BACKENDS_NOT_BUILT,
     "load_fsdp_optimizer": _BACKENDS_NOT_BUILT,
 }
+
+_SUBMODULES = (
+    ao,
+    bnb,
+    constants,
+    dataclasses,
+    deepspeed,
+    environment,
+    fsdp_utils,
+    imports,
+    launch,
+    megatron_lm,
+    memory,
+    modeling,
+    offload,
+    operations,
+    other,
+    random,
+    torch_xla,
+    _tqdm_module,
+    transformer_engine,
+    versions,
+)
+for _submodule in _SUBMODULES:
+    _NAMES.update(_submodule._NAMES)
+    for _name in _submodule._NAMES:
+        _UNSUPPORTED.pop(_name, None)
+# Importing the submodule bound ``accel.utils.tqdm`` to it; the name is the progress bar, as in
+# Accelerate (``from .tqdm import tqdm``).
+del globals()["tqdm"]
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)

@@ -1,0 +1,7 @@
+"""``accelerate.utils.fsdp_utils``: FSDP helpers."""
+
+from accel._lazy import export_table
+
+_NAMES: dict[str, str] = {}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES)
