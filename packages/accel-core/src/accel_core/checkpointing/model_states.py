@@ -11,11 +11,13 @@ state is loaded.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from accel_core.checkpointing import names
+from accel_core.checkpointing import names, weights_file
 from accel_core.checkpointing.errors import CheckpointError
 from accel_core.checkpointing.folder_io import CheckpointReader
 from accel_core.unwrap import extract_model_from_parallel
@@ -36,14 +38,43 @@ def strip_wrapper_prefixes(state: dict[str, Any]) -> dict[str, Any]:
     return state
 
 
-def read_model_state(reader: CheckpointReader, index: int, device: str) -> tuple[str, dict]:
-    """The state dict of model ``index`` (safetensors, else ``pytorch_model*.bin``) and its name."""
+@dataclass
+class ModelWeights:
+    """The weights of one model in a checkpoint, read (``.bin``) or only described (safetensors:
+    its header), and how to put them into the model once every check has passed."""
+
+    file: Path
+    state: dict[str, Any]
+    entries: dict[str, weights_file.WeightEntry] | None = None
+
+    def load_into(self, model: torch.nn.Module, checked: dict[str, Any]) -> None:
+        """Load the keys of ``checked`` (the state after :func:`check_model_state`)."""
+        if self.entries is None:
+            model.load_state_dict(checked, strict=False)
+            return
+        targets = model.state_dict(keep_vars=True)
+        entries = {key: self.entries[key] for key in checked if key in targets}
+        if weights_file.loads_plainly(model):
+            weights_file.read_into(self.file, entries, targets)
+        else:
+            model.load_state_dict(weights_file.read_tensors(self.file, entries), strict=False)
+
+
+def read_model_state(reader: CheckpointReader, index: int, device: str) -> ModelWeights:
+    """The weights of model ``index``: safetensors (described by its header, read later straight
+    into the model), else ``pytorch_model*.bin`` (read now)."""
     name = names.model_file(index, safe_serialization=True)
     if reader.exists(name):
-        return name, reader.read_tensors(name, device)
+        reader.verify(name)
+        path = reader.path(name)
+        entries = weights_file.read_header(path)
+        if entries is None:
+            return ModelWeights(path, reader.read_tensors(name, device))
+        entries = strip_wrapper_prefixes(entries)
+        return ModelWeights(path, {key: e.meta() for key, e in entries.items()}, entries)
     name = names.model_file(index, safe_serialization=False)
     if reader.exists(name):
-        return name, reader.read_object(name, device)
+        return ModelWeights(reader.path(name), reader.read_object(name, device))
     raise CheckpointError(
         f"checkpoint {reader.root} has no weights for model {index}: neither "
         f"{names.model_file(index)} nor {name} (it was saved with fewer prepared models)."
@@ -135,18 +166,19 @@ def load_all(
 ) -> None:
     """Read and check every model and optimizer state, then load them all."""
     device = str(map_location)
-    model_states = []
+    weights, checked = [], []
     for index, model in enumerate(models):
-        file, state = read_model_state(reader, index, "cpu")
-        model_states.append(check_model_state(str(reader.path(file)), state, model, strict))
+        found = read_model_state(reader, index, "cpu")
+        weights.append(found)
+        checked.append(check_model_state(str(found.file), found.state, model, strict))
     optimizer_states = []
     for index, optimizer in enumerate(optimizers):
         file = names.optimizer_file(index)
         state = reader.read_object(file, device)
         check_optimizer_state(str(reader.path(file)), state, optimizer)
         optimizer_states.append(state)
-    for model, state in zip(models, model_states, strict=True):
-        extract_model_from_parallel(model).load_state_dict(state, strict=False)
+    for model, found, state in zip(models, weights, checked, strict=True):
+        found.load_into(extract_model_from_parallel(model), state)
     for optimizer, state in zip(optimizers, optimizer_states, strict=True):
         optimizer.load_state_dict(state)
 

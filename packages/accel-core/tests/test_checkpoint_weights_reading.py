@@ -1,0 +1,113 @@
+"""load_state reads model.safetensors by its header, then straight into the model's tensors.
+
+Each way a tensor can arrive is compared with safetensors' own reader: bytes straight into the
+parameter, a cast through a temporary (another dtype), a model that customises loading (through
+``load_state_dict``), a damaged header, and a checkpoint without manifest (Accelerate's) that is
+truncated: an error before anything changes.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from accel_core import Accelerator
+from accel_core.checkpointing import CheckpointError
+from accel_core.checkpointing.weights_file import read_header
+
+
+def _model(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2, bias=False)
+    )
+    model[1].running_mean.uniform_()
+    model[1].num_batches_tracked.fill_(7)
+    return model
+
+
+def _saved(tmp_path: Path) -> tuple[Path, dict[str, torch.Tensor]]:
+    accelerator = Accelerator()
+    accelerator.prepare(_model(0))
+    folder = Path(accelerator.save_state(tmp_path / "ckpt"))
+    return folder, load_file(folder / "model.safetensors")
+
+
+def _loaded(folder: Path, model: torch.nn.Module) -> torch.nn.Module:
+    accelerator = Accelerator()
+    prepared = accelerator.prepare(model)
+    accelerator.load_state(folder)
+    return prepared
+
+
+def test_weights_arrive_bit_for_bit_including_buffers(tmp_path):
+    folder, saved = _saved(tmp_path)
+    model = _loaded(folder, _model(1))
+    state = model.state_dict()
+    assert sorted(state) == sorted(saved)
+    for key, value in saved.items():
+        assert torch.equal(state[key], value), key
+    assert int(model[1].num_batches_tracked) == 7
+
+
+def test_another_dtype_is_cast_as_load_state_dict_casts(tmp_path):
+    folder, saved = _saved(tmp_path)
+    model = _loaded(folder, _model(1).double())
+    for key, value in saved.items():
+        loaded = model.state_dict()[key]
+        assert loaded.dtype == (
+            torch.int64 if key.endswith("num_batches_tracked") else torch.float64
+        )
+        assert torch.equal(loaded, value.to(loaded.dtype)), key
+
+
+def test_a_model_with_load_hooks_goes_through_load_state_dict(tmp_path):
+    folder, saved = _saved(tmp_path)
+    model = _model(1)
+    seen = []
+    model[0].register_load_state_dict_post_hook(lambda module, keys: seen.append(type(module)))
+    model = _loaded(folder, model)
+    assert seen == [torch.nn.Linear]
+    assert torch.equal(model[0].weight.detach(), saved["0.weight"])
+
+
+def test_a_damaged_header_is_named(tmp_path):
+    folder, _ = _saved(tmp_path)
+    path = folder / "model.safetensors"
+    data = bytearray(path.read_bytes())
+    data[0:8] = struct.pack("<Q", len(data) * 2)
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match=r"header claims \d+ bytes of a \d+-byte file"):
+        read_header(path)
+
+
+def test_a_truncated_accelerate_checkpoint_changes_nothing(tmp_path):
+    folder, _ = _saved(tmp_path)
+    (folder / "accel_checkpoint.json").unlink()  # as Accelerate writes it: no manifest
+    path = folder / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[:-8])
+    model = _model(1)
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    with pytest.raises(CheckpointError, match=r"model.safetensors can't be read: .*'2.weight'"):
+        _loaded(folder, model)
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
+
+
+def test_header_entries_match_safetensors_own_reader(tmp_path):
+    folder, saved = _saved(tmp_path)
+    entries = read_header(folder / "model.safetensors")
+    assert set(entries) == set(saved)
+    header_length = struct.unpack("<Q", (folder / "model.safetensors").read_bytes()[:8])[0]
+    raw = json.loads((folder / "model.safetensors").read_bytes()[8 : 8 + header_length])
+    for key, value in saved.items():
+        assert entries[key].shape == tuple(value.shape) and entries[key].dtype == value.dtype
+        assert entries[key].start - 8 - header_length == raw[key]["data_offsets"][0]
+    shutil.rmtree(folder)
