@@ -5,6 +5,9 @@ from accel._lazy import export_table
 _NAMES = {
     "PartialState": "accel_ops",
     "is_initialized": "accel_ops",
+    "do_nothing": "accel_ops",
+    "SharedDict": "accel_ops",
+    "ThreadLocalSharedDict": "accel_ops",
     "AcceleratorState": "accel_core",
     "GradientState": "accel_core",
 }

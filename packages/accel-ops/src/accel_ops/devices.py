@@ -1,8 +1,9 @@
-"""Moving nested structures of tensors between devices."""
+"""Moving nested structures of tensors between devices, and emptying a device's cache."""
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -74,3 +75,23 @@ def find_device(data: Any) -> torch.device | None:
         if device is not None:
             return device
     return None
+
+
+def clear_device_cache(garbage_collection: bool = False) -> None:
+    """Give the cached, unused memory of the accelerator's allocator back to the device.
+
+    ``garbage_collection`` runs ``gc.collect()`` first, so memory held only by unreachable
+    objects is freed too (slow: call it between phases, not every step). CUDA is emptied only if
+    this process has initialised it, so the call never creates a CUDA context.
+    """
+    if garbage_collection:
+        gc.collect()
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    for name in ("xpu", "mlu", "sdaa", "musa", "npu"):
+        backend = getattr(torch, name, None)
+        if backend is not None and backend.is_available():
+            backend.empty_cache()
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        torch.mps.empty_cache()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 
 
-class _ContainsValues(enum.EnumMeta):
+class EnumWithContains(enum.EnumMeta):
     """Metaclass that lets ``value in EnumClass`` test the values, not only the members."""
 
     def __contains__(cls, item: object) -> bool:
@@ -21,7 +21,7 @@ class _ContainsValues(enum.EnumMeta):
         return True
 
 
-class BaseEnum(enum.Enum, metaclass=_ContainsValues):
+class BaseEnum(enum.Enum, metaclass=EnumWithContains):
     """An enum that prints as its value and lists its values with ``list()``."""
 
     def __str__(self) -> str:

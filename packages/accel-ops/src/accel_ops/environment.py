@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, cast
 
-from accel_ops.launch_environment import parse_bool
+from accel_ops.env_values import parse_bool
 
 logger = logging.getLogger(__name__)
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
 
 _FORBIDDEN_IN_ENV_LINE = (";", "\n", "<", ">", " ")
 
@@ -114,3 +120,76 @@ def convert_dict_to_env_variables(current_env: Mapping[str, str]) -> list[str]:
                 "Skipping %s=%s: empty, or contains one of ; < > space newline", key, value
             )
     return lines
+
+
+_PURGED_PREFIXES = ("ACCELERATE_", "ACCEL_")
+_PURGE_MARK = "_accel_purges_environment"
+
+
+def _launch_variables() -> dict[str, str]:
+    return {key: value for key, value in os.environ.items() if key.startswith(_PURGED_PREFIXES)}
+
+
+def _restore_launch_variables(saved: Mapping[str, str]) -> None:
+    for key in [key for key in os.environ if key.startswith(_PURGED_PREFIXES)]:
+        if key not in saved:
+            del os.environ[key]
+    os.environ.update(saved)
+
+
+def _purging(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    @functools.wraps(function)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        saved = _launch_variables()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _restore_launch_variables(saved)
+
+    setattr(wrapper, _PURGE_MARK, True)
+    return wrapper
+
+
+def _purge_test_methods(cls: type) -> None:
+    for name in dir(cls):
+        if not name.startswith("test"):
+            continue
+        raw = inspect.getattr_static(cls, name)
+        if isinstance(raw, (staticmethod, classmethod)):
+            if not getattr(raw.__func__, _PURGE_MARK, False):
+                setattr(cls, name, type(raw)(_purging(raw.__func__)))
+        elif inspect.isfunction(raw) and not getattr(raw, _PURGE_MARK, False):
+            setattr(cls, name, _purging(raw))
+
+
+def purge_accelerate_environment(func_or_cls: _T) -> _T:
+    """Undo, after each call, what the call did to ``ACCELERATE_*`` and ``ACCEL_*`` variables.
+
+    Decorate a function, or a class: then every method whose name starts with ``test`` is
+    wrapped, in the class, in the classes it inherits from that are seen through it, and in its
+    subclasses (unittest and pytest classes alike). Variables the call added are removed, ones it
+    changed or removed get their previous value back; other variables are left alone. Typical
+    use: tests that build ``TrainingArguments(fp16=True)`` or an ``Accelerator``, which set
+    ``ACCELERATE_MIXED_PRECISION`` and would otherwise leak into the next test. (Accelerate's
+    decorator does not bring back a variable the call deleted; this one does.)
+    """
+    if not isinstance(func_or_cls, type):
+        if not callable(func_or_cls):
+            raise TypeError(
+                "purge_accelerate_environment decorates a function or a class, got "
+                f"{type(func_or_cls).__name__}"
+            )
+        return cast(_T, _purging(func_or_cls))
+    cls = func_or_cls
+    _purge_test_methods(cls)
+    own_hook = cls.__dict__.get("__init_subclass__")
+
+    def __init_subclass__(subclass: type, **kwargs: Any) -> None:
+        if own_hook is not None:
+            own_hook.__func__(subclass, **kwargs)
+        else:
+            super(cls, subclass).__init_subclass__(**kwargs)
+        _purge_test_methods(subclass)
+
+    cls.__init_subclass__ = classmethod(__init_subclass__)  # type: ignore[assignment]
+    return func_or_cls

@@ -1,7 +1,8 @@
-"""Small formatting and merging helpers kept for Accelerate compatibility."""
+"""Small formatting, merging and attribute helpers kept for Accelerate compatibility."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 
@@ -33,3 +34,11 @@ def merge_dicts(source: dict[Any, Any], destination: dict[Any, Any]) -> dict[Any
         else:
             destination[key] = value
     return destination
+
+
+def recursive_getattr(obj: Any, attr: str) -> Any:
+    """``getattr`` along a dotted path: ``recursive_getattr(model, "encoder.layer.0")``.
+
+    Raises ``AttributeError`` for the first name on the path that is missing.
+    """
+    return functools.reduce(getattr, attr.split("."), obj)

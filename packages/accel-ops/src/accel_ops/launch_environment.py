@@ -3,6 +3,9 @@
 :class:`LaunchEnvironment` is the one typed reading of those variables;
 docs/reference/environment.md lists them. Parsing is strict: a value that can't be read is a
 :class:`LaunchEnvironmentError` naming the variable, the value and what was expected.
+Hugging Face Accelerate's spelling of a variable (``ACCELERATE_MIXED_PRECISION``,
+``ACCELERATE_USE_DEEPSPEED``, ``FSDP_*``, ...) is read when ours is unset; the correspondence is in
+:mod:`accel_ops.accelerate_spellings`.
 """
 
 from __future__ import annotations
@@ -14,16 +17,25 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from accel_ops import accelerate_spellings
+from accel_ops.env_values import (
+    FALSE_STRINGS,
+    TRUE_STRINGS,
+    LaunchEnvironmentError,
+    parse_bool,
+)
+
+__all__ = [
+    "FALSE_STRINGS",
+    "TRUE_STRINGS",
+    "LaunchEnvironment",
+    "LaunchEnvironmentError",
+    "parse_bool",
+]
 _T = TypeVar("_T")
 
-TRUE_STRINGS = frozenset({"1", "true", "yes", "on", "y", "t"})
-FALSE_STRINGS = frozenset({"0", "false", "no", "off", "n", "f", ""})
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
 DEFAULT_PROCESS_GROUP_TIMEOUT = 1800.0
-
-
-class LaunchEnvironmentError(ValueError):
-    """A launch variable holds a value that can't be used."""
 
 
 @dataclass(frozen=True)
@@ -66,10 +78,13 @@ class LaunchEnvironment:
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> LaunchEnvironment:
         """Parse ``environ`` (``os.environ`` when omitted).
 
+        An ``ACCEL_*`` variable that is unset is read from its Accelerate spelling, if that is
+        set (:func:`accel_ops.accelerate_spellings.resolve`); errors then name that variable.
+
         Raises :class:`LaunchEnvironmentError` (a ``ValueError``) for a value that can't be
         parsed or that contradicts another one, e.g. ``RANK=3`` with ``WORLD_SIZE=2``.
         """
-        env = os.environ if environ is None else environ
+        env = accelerate_spellings.resolve(os.environ if environ is None else environ)
         world_size = _read(env, "WORLD_SIZE", _int_at_least(1), 1)
         rank = _read(env, "RANK", _int_at_least(0), 0)
         local_world_size = _read(env, "LOCAL_WORLD_SIZE", _int_at_least(1), world_size)
@@ -114,24 +129,20 @@ class LaunchEnvironment:
         )
 
 
-def parse_bool(text: str) -> bool:
-    """Read a boolean the way every launch variable does (``1/true/yes/on``, ``0/false/no/off``)."""
-    lowered = text.strip().lower()
-    if lowered in TRUE_STRINGS:
-        return True
-    if lowered in FALSE_STRINGS:
-        return False
-    raise ValueError("a boolean: one of 1, true, yes, on or 0, false, no, off (any case)")
-
-
-def _read(env: Mapping[str, str], name: str, parse: Callable[[str], _T], default: _T) -> _T:
-    text = env.get(name)
+def _read(
+    env: accelerate_spellings.SpelledEnvironment,
+    name: str,
+    parse: Callable[[str], _T],
+    default: _T,
+) -> _T:
+    text = env.values.get(name)
     if text is None:
         return default
     try:
         return parse(text)
     except ValueError as error:
-        raise LaunchEnvironmentError(f"{name}={text!r} is not valid; expected {error}") from None
+        label = env.sources.get(name, name)
+        raise LaunchEnvironmentError(f"{label}={text!r} is not valid; expected {error}") from None
 
 
 def _int_at_least(minimum: int) -> Callable[[str], int]:

@@ -38,7 +38,9 @@ def is_initialized() -> bool:
     return bool(PartialState._shared_state)
 
 
-def _do_nothing(*args: Any, **kwargs: Any) -> None:
+def do_nothing(*args: Any, **kwargs: Any) -> None:
+    """Take any arguments and return None: what the ``on_*_process`` decorators give the
+    processes a function does not run on."""
     return None
 
 
@@ -180,20 +182,20 @@ class PartialState:
         """Decorator: run ``function`` only on the main process (elsewhere it returns None)."""
         if function is None:
             return self.on_main_process
-        return function if self.is_main_process or not self.use_distributed else _do_nothing
+        return function if self.is_main_process or not self.use_distributed else do_nothing
 
     def on_local_main_process(self, function: Callable[..., Any] | None = None) -> Any:
         """Decorator: run ``function`` only on each machine's local main process."""
         if function is None:
             return self.on_local_main_process
         keep = self.is_local_main_process or not self.use_distributed
-        return function if keep else _do_nothing
+        return function if keep else do_nothing
 
     def on_last_process(self, function: Callable[..., Any] | None = None) -> Any:
         """Decorator: run ``function`` only on the last process."""
         if function is None:
             return self.on_last_process
-        return function if self.is_last_process or not self.use_distributed else _do_nothing
+        return function if self.is_last_process or not self.use_distributed else do_nothing
 
     def on_process(
         self, function: Callable[..., Any] | None = None, process_index: int | None = None
@@ -206,7 +208,7 @@ class PartialState:
                 "on_process needs process_index=, e.g. @state.on_process(process_index=1)"
             )
         keep = self.process_index == process_index or not self.use_distributed
-        return function if keep else _do_nothing
+        return function if keep else do_nothing
 
     def on_local_process(
         self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
@@ -220,7 +222,7 @@ class PartialState:
                 "@state.on_local_process(local_process_index=0)"
             )
         keep = self.local_process_index == local_process_index or not self.use_distributed
-        return function if keep else _do_nothing
+        return function if keep else do_nothing
 
     @contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:

@@ -20,6 +20,11 @@ def is_torch_tensor(tensor: object) -> bool:
     return isinstance(tensor, torch.Tensor)
 
 
+def is_torch_xpu_tensor(tensor: object) -> bool:
+    """Whether ``tensor`` is a tensor on an Intel XPU."""
+    return isinstance(tensor, torch.Tensor) and tensor.device.type == "xpu"
+
+
 def is_namedtuple(data: object) -> bool:
     """Whether ``data`` is a namedtuple (a tuple with ``_fields`` and ``_asdict``)."""
     return isinstance(data, tuple) and hasattr(data, "_asdict") and hasattr(data, "_fields")

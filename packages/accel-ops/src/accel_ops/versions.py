@@ -1,13 +1,19 @@
-"""Comparing library versions."""
+"""Comparing library versions.
+
+``packaging`` is imported on first use, so ``import accel_ops`` does not load it.
+"""
 
 from __future__ import annotations
 
 import importlib.metadata
 import operator
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 STR_OPERATION_TO_FUNC: dict[str, Callable[[Any, Any], bool]] = {
     ">": operator.gt,
@@ -19,13 +25,38 @@ STR_OPERATION_TO_FUNC: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-def _parse(version: Any) -> Any:
-    from packaging.version import Version, parse
+torch_version: Version
+"""The installed torch's version as a ``packaging`` ``Version``, local suffix included
+(``Version('2.13.0+cpu')``). Computed on first access (see ``__getattr__`` below)."""
 
-    return version if isinstance(version, Version) else parse(str(version))
+
+def _installed_torch_version() -> Version:
+    from packaging.version import Version
+
+    try:
+        return Version(importlib.metadata.version("torch"))
+    except importlib.metadata.PackageNotFoundError:  # torch run from a source tree
+        return Version(torch.__version__)
 
 
-def compare_versions(library_or_version: Any, operation: str, requirement_version: str) -> bool:
+def __getattr__(name: str) -> Version:
+    # Only ``torch_version`` is computed lazily; it is stored on first access.
+    if name == "torch_version":
+        value = _installed_torch_version()
+        globals()["torch_version"] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _parse(version: str | Version) -> Version:
+    from packaging.version import Version
+
+    return version if isinstance(version, Version) else Version(str(version))
+
+
+def compare_versions(
+    library_or_version: str | Version, operation: str, requirement_version: str
+) -> bool:
     """Compare an installed library's version (by distribution name) or a version to a requirement.
 
     ``operation`` is one of ``>``, ``>=``, ``==``, ``!=``, ``<=``, ``<``.
@@ -35,9 +66,7 @@ def compare_versions(library_or_version: Any, operation: str, requirement_versio
             f"operation={operation!r} is not supported; use one of "
             f"{', '.join(STR_OPERATION_TO_FUNC)}"
         )
-    from packaging.version import Version
-
-    if isinstance(library_or_version, str) and not isinstance(library_or_version, Version):
+    if isinstance(library_or_version, str):
         try:
             library_or_version = importlib.metadata.version(library_or_version)
         except importlib.metadata.PackageNotFoundError:

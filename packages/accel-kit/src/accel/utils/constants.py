@@ -1,7 +1,49 @@
-"""``accelerate.utils.constants``: file names, version floors and other constants."""
+"""``accelerate.utils.constants``: file names, version floors and other constants (accel-ops)."""
 
 from accel._lazy import export_table
 
-_NAMES: dict[str, str] = {}
+_NAMES = {
+    "BETA_CP_AVAILABLE_PYTORCH_VERSION": "accel_ops",
+    "BETA_SP_AVAILABLE_DEEPSPEED_VERSION": "accel_ops",
+    "BETA_TP_AVAILABLE_PYTORCH_VERSION": "accel_ops",
+    "BETA_TP_AVAILABLE_TRANSFORMERS_VERSION": "accel_ops",
+    "CUDA_DISTRIBUTED_TYPES": "accel_ops",
+    "DEEPSPEED_MULTINODE_LAUNCHERS": "accel_ops",
+    "DTENSOR_PYTORCH_VERSION": "accel_ops",
+    "ELASTIC_LOG_LINE_PREFIX_TEMPLATE_PYTORCH_VERSION": "accel_ops",
+    "FSDP2_PYTORCH_VERSION": "accel_ops",
+    "FSDP2_STATE_DICT_TYPE": "accel_ops",
+    "FSDP_AUTO_WRAP_POLICY": "accel_ops",
+    "FSDP_BACKWARD_PREFETCH": "accel_ops",
+    "FSDP_MODEL_NAME": "accel_ops",
+    "FSDP_PYTORCH_VERSION": "accel_ops",
+    "FSDP_SHARDING_STRATEGY": "accel_ops",
+    "FSDP_STATE_DICT_TYPE": "accel_ops",
+    "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION": "accel_ops",
+    "MODEL_NAME": "accel_ops",
+    "OPTIMIZER_NAME": "accel_ops",
+    "PROFILE_PATTERN_NAME": "accel_ops",
+    "RNG_STATE_NAME": "accel_ops",
+    "SAFE_MODEL_NAME": "accel_ops",
+    "SAFE_WEIGHTS_INDEX_NAME": "accel_ops",
+    "SAFE_WEIGHTS_NAME": "accel_ops",
+    "SAFE_WEIGHTS_PATTERN_NAME": "accel_ops",
+    "SAGEMAKER_PARALLEL_EC2_INSTANCES": "accel_ops",
+    "SAGEMAKER_PYTHON_VERSION": "accel_ops",
+    "SAGEMAKER_PYTORCH_VERSION": "accel_ops",
+    "SAGEMAKER_TRANSFORMERS_VERSION": "accel_ops",
+    "SAMPLER_NAME": "accel_ops",
+    "SCALER_NAME": "accel_ops",
+    "SCHEDULER_NAME": "accel_ops",
+    "STR_OPERATION_TO_FUNC": "accel_ops",
+    "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING": "accel_ops",
+    "TORCH_DISTRIBUTED_OPERATION_TYPES": "accel_ops",
+    "TORCH_DYNAMO_MODES": "accel_ops",
+    "TORCH_LAUNCH_PARAMS": "accel_ops",
+    "WEIGHTS_INDEX_NAME": "accel_ops",
+    "WEIGHTS_NAME": "accel_ops",
+    "WEIGHTS_PATTERN_NAME": "accel_ops",
+    "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION": "accel_ops",
+}
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES)
