@@ -160,21 +160,9 @@ _NAMES = {
     "extract_submodules_state_dict": "accel_bigmodel",
     "CustomDtype": "accel_bigmodel",
     "write_basic_config": "accel_launch",
-    "is_port_in_use": "accel_launch",
+    "is_port_in_use": "accel_ops",
+    "ParallelismConfig": "accel_backends",
 }
-_BACKENDS_NOT_BUILT = "the DeepSpeed and FSDP strategies of accel-backends are not built yet"
-_UNSUPPORTED = {
-    "DeepSpeedPlugin": _BACKENDS_NOT_BUILT,
-    "FullyShardedDataParallelPlugin": _BACKENDS_NOT_BUILT,
-    "DummyOptim": _BACKENDS_NOT_BUILT,
-    "DummyScheduler": _BACKENDS_NOT_BUILT,
-    "merge_fsdp_weights": _BACKENDS_NOT_BUILT,
-    "save_fsdp_model": _BACKENDS_NOT_BUILT,
-    "load_fsdp_model": _BACKENDS_NOT_BUILT,
-    "save_fsdp_optimizer": _BACKENDS_NOT_BUILT,
-    "load_fsdp_optimizer": _BACKENDS_NOT_BUILT,
-}
-
 _SUBMODULES = (
     ao,
     bnb,
@@ -199,10 +187,8 @@ _SUBMODULES = (
 )
 for _submodule in _SUBMODULES:
     _NAMES.update(_submodule._NAMES)
-    for _name in _submodule._NAMES:
-        _UNSUPPORTED.pop(_name, None)
 # Importing the submodule bound ``accel.utils.tqdm`` to it; the name is the progress bar, as in
 # Accelerate (``from .tqdm import tqdm``).
 del globals()["tqdm"]
 
-__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES)
