@@ -19,6 +19,17 @@ _EXPORTS = {
     "is_port_in_use": "accel_launch.launch.ports",
     "AccelLaunchError": "accel_launch.errors",
     "ConfigError": "accel_launch.errors",
+    # Accelerate's launch helpers (accelerate.utils.launch, accelerate.launchers.test_launch)
+    "prepare_simple_launcher_cmd_env": "accel_launch.launch.prepare_env",
+    "prepare_multi_gpu_env": "accel_launch.launch.prepare_env",
+    "prepare_deepspeed_cmd_env": "accel_launch.launch.prepare_env",
+    "prepare_tpu": "accel_launch.launch.prepare_env",
+    "prepare_extend_env_parallelism_config": "accel_launch.launch.prepare_env",
+    "env_var_path_add": "accel_launch.launch.prepare_env",
+    "PrepareForLaunch": "accel_launch.launch.prepare_for_launch",
+    "prepare_sagemager_args_inputs": "accel_launch.launch.out_of_scope",
+    "setup_fp8_env": "accel_launch.launch.out_of_scope",
+    "test_launch": "accel_launch.launch.launch_check",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]

@@ -2,6 +2,8 @@
 
 from accel._lazy import export_table
 
-_NAMES: dict[str, str] = {}
+_NAMES = {
+    "install_xla": "accel_backends",
+}
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES)

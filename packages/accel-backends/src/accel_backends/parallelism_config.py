@@ -1,0 +1,250 @@
+"""``ParallelismConfig``: how the processes of a run split into data-parallel mesh dimensions.
+
+Accelerate 1.15's fields, defaults (``PARALLELISM_CONFIG_*`` variables) and properties. accel
+runs the data-parallel dimensions: ``dp_replicate`` (copies, DDP-style) and ``dp_shard`` (FSDP
+sharding; both > 1 is HSDP). :meth:`ParallelismConfig.build_device_mesh` builds them with
+``torch.distributed.device_mesh.init_device_mesh`` on the current process group (any backend,
+gloo included). Tensor, context and sequence parallelism (``tp_size``, ``cp_size``, ``sp_size`` >
+1) are out of scope: the config is built, building a mesh for them raises ``OutOfScopeError``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from accel_backends.out_of_scope_parallel import (
+    DeepSpeedSequenceParallelConfig,
+    OutOfScopeParallelism,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+)
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+#: The order of mesh dimensions, outermost first (Accelerate's).
+MESH_ORDER = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+
+
+def _size_from_env(name: str) -> int:
+    text = os.environ.get(f"PARALLELISM_CONFIG_{name}", "1")
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"PARALLELISM_CONFIG_{name}={text!r} is not an integer") from None
+
+
+@dataclass
+class ParallelismConfig:
+    """The parallel dimensions of a run; their product is the number of processes.
+
+    Args:
+        dp_replicate_size: data-parallel replicas (default 1, or
+            ``PARALLELISM_CONFIG_DP_REPLICATE_SIZE``).
+        dp_shard_size: processes each model is sharded over (FSDP; default 1).
+        tp_size, cp_size, sp_size: tensor, context and sequence parallel sizes (out of scope: 1).
+        cp_backend: ``torch``; sp_backend: ``deepspeed``.
+        tp_handler, cp_handler, sp_handler: their options (built when the size is > 1).
+
+    Raises ``ValueError`` for a size below 1, an unknown backend, or an invalid combination.
+    """
+
+    dp_replicate_size: int | None = None
+    dp_shard_size: int | None = None
+    tp_size: int | None = None
+    cp_size: int | None = None
+    cp_backend: Literal["torch"] | None = None
+    sp_size: int | None = None
+    sp_backend: Literal["deepspeed"] | None = None
+    tp_handler: TorchTensorParallelConfig | None = None
+    cp_handler: TorchContextParallelConfig | None = None
+    sp_handler: DeepSpeedSequenceParallelConfig | None = None
+
+    def __post_init__(self) -> None:
+        #: The mesh :meth:`get_device_mesh` built (not a field: not compared, not repr'd).
+        self.device_mesh: DeviceMesh | None = None
+        for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp"):
+            if getattr(self, f"{name}_size") is None:
+                setattr(self, f"{name}_size", _size_from_env(f"{name.upper()}_SIZE"))
+        if self.cp_backend is None:
+            self.cp_backend = os.environ.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")  # type: ignore[assignment]
+        if self.sp_backend is None:
+            self.sp_backend = os.environ.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")  # type: ignore[assignment]
+        for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp"):
+            size = getattr(self, f"{name}_size")
+            if size < 1:
+                raise ValueError(f"{name}_size must be at least 1, but got {size}")
+        if self.cp_backend != "torch":
+            raise ValueError(f"cp_backend must be one of ['torch'], but got {self.cp_backend}")
+        if self.sp_backend != "deepspeed":
+            raise ValueError(f"sp_backend must be one of ['deepspeed'], but got {self.sp_backend}")
+        if self.tp_size > 1 and self.tp_handler is None:
+            self.tp_handler = TorchTensorParallelConfig()
+        if self.cp_size > 1:
+            if self.cp_handler is None:
+                self.cp_handler = TorchContextParallelConfig()
+            elif not isinstance(self.cp_handler, TorchContextParallelConfig):
+                raise ValueError(
+                    f"ParallelismConfig's cp_backend={self.cp_backend} requires "
+                    f"TorchContextParallelConfig, but cp_handler was set to "
+                    f"{type(self.cp_handler)}"
+                )
+        if self.sp_size > 1 and self.sp_handler is None:
+            self.sp_handler = DeepSpeedSequenceParallelConfig()
+        if self.cp_size > 1 and self.sp_size > 1:
+            raise ValueError(
+                "Context Parallelism (CP) and Sequence Parallelism (SP) are mutually exclusive. "
+                f"Got cp_size={self.cp_size} and sp_size={self.sp_size}. Please set either "
+                "cp_size=1 or sp_size=1."
+            )
+        pure_data_parallel = self.dp_replicate_size > 1 and self.dp_shard_size == 1
+        if (self.tp_size > 1 or self.cp_size > 1) and pure_data_parallel:
+            raise ValueError(
+                "Tensor/Context parallelism (tp/cp_size > 1) cannot be used with pure data "
+                "parallelism (dp_replicate_size > 1 and dp_shard_size == 1)."
+            )
+
+    @property
+    def _sizes(self) -> dict[str, int]:
+        return {
+            "dp_replicate": self.dp_replicate_size,
+            "dp_shard": self.dp_shard_size,
+            "tp": self.tp_size,
+            "cp": self.cp_size,
+            "sp": self.sp_size,
+        }
+
+    @property
+    def total_size(self) -> int:
+        """The product of every size: the number of processes the config needs."""
+        return self.data_parallel_size * self.non_data_parallel_size
+
+    @property
+    def data_parallel_size(self) -> int:
+        """``dp_replicate_size * dp_shard_size``."""
+        return self.dp_replicate_size * self.dp_shard_size
+
+    @property
+    def non_data_parallel_size(self) -> int:
+        """``tp_size * cp_size * sp_size``: processes that see the same batch."""
+        return self.tp_size * self.cp_size * self.sp_size
+
+    @property
+    def dp_replicate_enabled(self) -> bool:
+        """Whether ``dp_replicate_size > 1``."""
+        return self.dp_replicate_size > 1
+
+    @property
+    def dp_shard_enabled(self) -> bool:
+        """Whether ``dp_shard_size > 1``."""
+        return self.dp_shard_size > 1
+
+    @property
+    def tp_enabled(self) -> bool:
+        """Whether ``tp_size > 1``."""
+        return self.tp_size > 1
+
+    @property
+    def cp_enabled(self) -> bool:
+        """Whether ``cp_size > 1``."""
+        return self.cp_size > 1
+
+    @property
+    def sp_enabled(self) -> bool:
+        """Whether ``sp_size > 1``."""
+        return self.sp_size > 1
+
+    @property
+    def dp_dim_names(self) -> list[str]:
+        """The enabled data-parallel dimensions (``dp_replicate``, ``dp_shard``)."""
+        return [n for n in ("dp_replicate", "dp_shard") if self._sizes[n] > 1]
+
+    @property
+    def non_dp_dim_names(self) -> list[str]:
+        """The enabled dimensions that see the same batch (``tp``, ``cp``, ``sp``)."""
+        return [n for n in ("tp", "cp", "sp") if self._sizes[n] > 1]
+
+    @property
+    def dp_shard_cp_dim_names(self) -> list[str]:
+        """The enabled dimensions FSDP shards the model over (``dp_shard``, ``cp``)."""
+        return [n for n in ("dp_shard", "cp") if self._sizes[n] > 1]
+
+    @property
+    def dp_cp_dim_names(self) -> list[str]:
+        """The enabled dimensions the loss is averaged over."""
+        return [n for n in ("dp_replicate", "dp_shard", "cp") if self._sizes[n] > 1]
+
+    @property
+    def fsdp_dim_names(self) -> list[str]:
+        """The mesh dimensions FSDP runs over: ``dp_replicate`` (if enabled), ``dp_shard_cp``."""
+        return [*(["dp_replicate"] if self.dp_replicate_enabled else []), "dp_shard_cp"]
+
+    @property
+    def active_mesh_dims(self) -> list[str]:
+        """Every enabled dimension: data-parallel ones first."""
+        return self.dp_dim_names + self.non_dp_dim_names
+
+    def to_json(self) -> dict[str, object]:
+        """The sizes, backends and handler options as JSON-friendly values (no mesh)."""
+        result: dict[str, object] = {}
+        for name, value in vars(self).items():
+            if name == "device_mesh":
+                continue
+            result[name] = dict(vars(value)) if isinstance(value, OutOfScopeParallelism) else value
+        return result
+
+    def build_device_mesh(self, device_type: str) -> DeviceMesh | None:
+        """The device mesh of the enabled dimensions over the current process group.
+
+        Dimensions are ordered ``dp_replicate, dp_shard`` and flattened views are added: ``dp``
+        (every data-parallel dimension), ``dp_shard_cp`` and ``dp_cp``. ``None`` when every size
+        is 1. Needs an initialised process group of ``total_size`` processes.
+
+        Raises ``OutOfScopeError`` for tensor, context or sequence parallelism.
+        """
+        for handler, size in (
+            (self.tp_handler, self.tp_size),
+            (self.cp_handler, self.cp_size),
+            (self.sp_handler, self.sp_size),
+        ):
+            if size > 1 and handler is not None:
+                raise handler.unsupported_error()
+        from torch.distributed.device_mesh import init_device_mesh
+
+        names = sorted(self.active_mesh_dims, key=MESH_ORDER.index)
+        if not names:
+            return None
+        mesh = init_device_mesh(
+            device_type, tuple(self._sizes[n] for n in names), mesh_dim_names=tuple(names)
+        )
+        for flat, dims in (
+            ("dp", self.dp_dim_names),
+            ("dp_shard_cp", self.dp_shard_cp_dim_names),
+            ("dp_cp", self.dp_cp_dim_names),
+        ):
+            if dims:
+                mesh[tuple(dims)]._flatten(flat)
+        return mesh
+
+    def get_device_mesh(self, device_type: str | None = None) -> DeviceMesh:
+        """The mesh, built on first use for ``device_type``.
+
+        Raises ``ValueError`` without a mesh or a device type, or for a different device type
+        than the mesh's.
+        """
+        if self.device_mesh is None:
+            if device_type is None:
+                raise ValueError("You need to pass a device_type e.g cuda to build the device mesh")
+            self.device_mesh = self.build_device_mesh(device_type)
+        elif device_type is not None and self.device_mesh.device_type != device_type:
+            raise ValueError(
+                f"The device_mesh is already created with device type "
+                f"{self.device_mesh.device_type}. However, you are trying to get a device mesh "
+                f"with device_type {device_type}. Please check if you correctly initialized "
+                "your device_mesh"
+            )
+        if self.device_mesh is None:
+            raise ValueError("Every size of this ParallelismConfig is 1: there is no mesh to build")
+        return self.device_mesh
