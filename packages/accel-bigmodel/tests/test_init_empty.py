@@ -127,3 +127,39 @@ def test_70b_llama_skeleton_allocates_nothing():
     assert result["devices"] == ["meta"]
     assert result["growth"] < 100 * 2**20  # 276 GB of float32 weights if allocated
     assert result["seconds"] < 5.0
+
+
+@pytest.mark.parametrize(
+    ("environment", "on_meta"),
+    [
+        ({}, False),
+        ({"ACCELERATE_INIT_INCLUDE_BUFFERS": "1"}, True),  # Accelerate's variable is read
+        ({"ACCELERATE_INIT_INCLUDE_BUFFERS": "false"}, False),
+        ({"ACCEL_INIT_INCLUDE_BUFFERS": "yes"}, True),
+        # ours wins over Accelerate's when both are set, either way
+        ({"ACCEL_INIT_INCLUDE_BUFFERS": "0", "ACCELERATE_INIT_INCLUDE_BUFFERS": "1"}, False),
+        ({"ACCEL_INIT_INCLUDE_BUFFERS": "true", "ACCELERATE_INIT_INCLUDE_BUFFERS": "0"}, True),
+    ],
+)
+def test_include_buffers_default_comes_from_the_environment(monkeypatch, environment, on_meta):
+    monkeypatch.delenv("ACCEL_INIT_INCLUDE_BUFFERS", raising=False)
+    monkeypatch.delenv("ACCELERATE_INIT_INCLUDE_BUFFERS", raising=False)
+    for key, value in environment.items():
+        monkeypatch.setenv(key, value)
+    with init_empty_weights():
+        model = WithBuffer()
+    assert model.steps.device.type == ("meta" if on_meta else "cpu")
+    with init_on_device("meta"):
+        other = WithBuffer()
+    assert other.steps.device.type == ("meta" if on_meta else "cpu")
+    # an explicit argument beats the environment
+    with init_empty_weights(include_buffers=not on_meta):
+        explicit = WithBuffer()
+    assert explicit.steps.device.type == ("cpu" if on_meta else "meta")
+
+
+def test_include_buffers_environment_value_must_be_a_boolean(monkeypatch):
+    monkeypatch.setenv("ACCEL_INIT_INCLUDE_BUFFERS", "sometimes")
+    invalid = pytest.raises(ValueError, match="ACCEL_INIT_INCLUDE_BUFFERS='sometimes'")
+    with invalid, init_empty_weights():
+        pass

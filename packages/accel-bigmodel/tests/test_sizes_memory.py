@@ -86,11 +86,15 @@ def test_get_max_memory_unknown_device():
 
 def test_balanced_memory_over_gpu_indices():
     model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(4)])  # 4 x 80 bytes
+    # Accelerate 1.15's values: 320 // 2 GPUs + 1.25 * 80 (the mean innermost module) = 260
     memory = get_balanced_memory(model, {0: 1000, 1: 1000, "cpu": 1000})
-    assert memory == {0: 160, 1: 1000, "cpu": 1000}
+    assert memory == {0: 260, 1: 1000, "cpu": 1000}
     low = get_balanced_memory(model, {0: 1000, 1: 1000, 2: 1000, "cpu": 1000}, low_zero=True)
-    assert low == {0: 0, 1: 160, 2: 1000, "cpu": 1000}
+    assert low == {0: 0, 1: 260, 2: 1000, "cpu": 1000}
     assert get_balanced_memory(model, {0: 1000, "cpu": 5}) == {0: 1000, "cpu": 5}
+    # GPUs 1 and 2 hold 1100 bytes, more than the model: GPU 0 gets nothing
+    tight = get_balanced_memory(model, {0: 100, 1: 100, 2: 1000, "cpu": 1000}, low_zero=True)
+    assert tight == {0: 0, 1: 100, 2: 1000, "cpu": 1000}
 
 
 def test_named_module_tensors_and_storage_ids():

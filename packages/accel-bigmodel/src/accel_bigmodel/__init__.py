@@ -12,8 +12,9 @@ from accel_bigmodel.align_hooks import (
     attach_align_device_hook_on_blocks,
     attach_execution_device_hook,
 )
+from accel_bigmodel.auto_map import infer_auto_device_map
 from accel_bigmodel.checkpoint_files import load_state_dict
-from accel_bigmodel.device_map import check_device_map, clean_device_map, infer_auto_device_map
+from accel_bigmodel.device_map import check_device_map
 from accel_bigmodel.dispatch import dispatch_model
 from accel_bigmodel.dtypes import (
     CustomDtype,
@@ -28,12 +29,21 @@ from accel_bigmodel.hooks import (
     remove_hook_from_submodules,
 )
 from accel_bigmodel.init_empty import init_empty_weights, init_on_device
+from accel_bigmodel.layerwise_casting import (
+    LayerwiseCastingHook,
+    attach_layerwise_casting_hooks,
+)
 from accel_bigmodel.loading import (
     load_checkpoint_and_dispatch,
     load_checkpoint_in_model,
     load_offloaded_weights,
 )
-from accel_bigmodel.memory import get_balanced_memory, get_max_memory
+from accel_bigmodel.memory import (
+    check_device_same,
+    get_balanced_memory,
+    get_max_memory,
+    get_module_leaves,
+)
 from accel_bigmodel.offload import (
     OffloadedWeightsLoader,
     PrefixedDataset,
@@ -43,12 +53,42 @@ from accel_bigmodel.offload import (
     offload_weight,
     save_offload_index,
 )
+from accel_bigmodel.offloaded_state import (
+    get_state_dict_from_offload,
+    get_state_dict_offloaded_model,
+)
+from accel_bigmodel.out_of_scope import OutOfScopeError
+from accel_bigmodel.peft_models import is_peft_model
+from accel_bigmodel.pipeline_inference import (
+    build_pipeline,
+    find_pippy_batch_size,
+    generate_device_map,
+    pippy_forward,
+    prepare_pippy,
+)
+from accel_bigmodel.placement_units import (
+    clean_device_map,
+    fallback_allocate,
+    get_module_size_with_ties,
+)
 from accel_bigmodel.prefetch import Prefetcher
+from accel_bigmodel.quantization import (
+    BnbQuantizationConfig,
+    get_keys_to_not_convert,
+    get_parameter_device,
+    get_quantized_model_device_map,
+    has_4bit_bnb_layers,
+    load_and_quantize_model,
+    quantize_and_offload_8bit,
+    replace_with_bnb_layers,
+)
 from accel_bigmodel.safetensors_io import CheckpointError
 from accel_bigmodel.sizes import (
     calculate_maximum_sizes,
     compute_module_sizes,
+    compute_module_total_buffer_size,
     get_max_layer_size,
+    get_non_persistent_buffers,
     id_tensor_storage,
     named_module_tensors,
 )
@@ -77,13 +117,16 @@ __version__ = "0.1.1"
 
 __all__ = [
     "AlignDevicesHook",
+    "BnbQuantizationConfig",
     "CheckpointError",
     "CpuOffload",
     "CustomDtype",
     "DiskOffloadStorage",
+    "LayerwiseCastingHook",
     "ModelHook",
     "OffloadStorage",
     "OffloadedWeightsLoader",
+    "OutOfScopeError",
     "Prefetcher",
     "PrefixedDataset",
     "SequentialHook",
@@ -94,12 +137,16 @@ __all__ = [
     "attach_align_device_hook",
     "attach_align_device_hook_on_blocks",
     "attach_execution_device_hook",
+    "attach_layerwise_casting_hooks",
+    "build_pipeline",
     "calculate_maximum_sizes",
     "check_device_map",
+    "check_device_same",
     "check_tied_parameters_in_config",
     "check_tied_parameters_on_same_device",
     "clean_device_map",
     "compute_module_sizes",
+    "compute_module_total_buffer_size",
     "convert_file_size_to_int",
     "cpu_offload",
     "cpu_offload_with_hook",
@@ -107,15 +154,29 @@ __all__ = [
     "dispatch_model",
     "dtype_byte_size",
     "extract_submodules_state_dict",
+    "fallback_allocate",
+    "find_pippy_batch_size",
     "find_tied_parameters",
+    "generate_device_map",
     "get_balanced_memory",
+    "get_keys_to_not_convert",
     "get_max_layer_size",
     "get_max_memory",
+    "get_module_leaves",
+    "get_module_size_with_ties",
+    "get_non_persistent_buffers",
+    "get_parameter_device",
+    "get_quantized_model_device_map",
+    "get_state_dict_from_offload",
+    "get_state_dict_offloaded_model",
+    "has_4bit_bnb_layers",
     "has_offloaded_params",
     "id_tensor_storage",
     "infer_auto_device_map",
     "init_empty_weights",
     "init_on_device",
+    "is_peft_model",
+    "load_and_quantize_model",
     "load_checkpoint_and_dispatch",
     "load_checkpoint_in_model",
     "load_offloaded_weight",
@@ -124,8 +185,12 @@ __all__ = [
     "named_module_tensors",
     "offload_state_dict",
     "offload_weight",
+    "pippy_forward",
+    "prepare_pippy",
+    "quantize_and_offload_8bit",
     "remove_hook_from_module",
     "remove_hook_from_submodules",
+    "replace_with_bnb_layers",
     "retie_parameters",
     "save_offload_index",
     "set_module_tensor_to_device",

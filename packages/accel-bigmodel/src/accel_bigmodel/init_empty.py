@@ -11,12 +11,15 @@ second for a 2 GB model; skipping it makes building a skeleton take milliseconds
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
+
+from accel_ops import parse_flag_from_env
 
 # Names of torch.nn.init functions and in-place Tensor methods used to initialise weights. Matched
 # by name because libraries wrap or re-export the torch.nn.init functions (transformers does).
@@ -72,13 +75,27 @@ class _SkipMetaInit(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+#: Environment variables giving the default of ``include_buffers``, the first one set wins.
+INCLUDE_BUFFERS_VARIABLES = ("ACCEL_INIT_INCLUDE_BUFFERS", "ACCELERATE_INIT_INCLUDE_BUFFERS")
+
+
+def include_buffers_default() -> bool:
+    """``include_buffers`` when not given: ``ACCEL_INIT_INCLUDE_BUFFERS``, else Accelerate's
+    ``ACCELERATE_INIT_INCLUDE_BUFFERS`` (``1``/``true``/``yes``...), else False."""
+    for key in INCLUDE_BUFFERS_VARIABLES:
+        if key in os.environ:
+            return parse_flag_from_env(key)
+    return False
+
+
 @contextlib.contextmanager
-def init_empty_weights(include_buffers: bool = False) -> Iterator[None]:
+def init_empty_weights(include_buffers: bool | None = None) -> Iterator[None]:
     """Within this context, models are created with all their parameters on the meta device.
 
     Nothing is allocated for the weights and no initialisation runs, so any model, however large,
     is built in milliseconds. Buffers stay on the CPU (they often hold computed constants such as
-    rotary frequencies) unless ``include_buffers=True``.
+    rotary frequencies) unless ``include_buffers=True``; when it is not given, the environment
+    decides (``ACCEL_INIT_INCLUDE_BUFFERS``, else ``ACCELERATE_INIT_INCLUDE_BUFFERS``).
 
     Example::
 
@@ -96,11 +113,13 @@ def init_on_device(
     """Within this context, new parameters (and buffers if ``include_buffers``) go to ``device``.
 
     With ``include_buffers=True`` tensor constructors called without a device (``torch.empty``,
-    ``torch.zeros``, ...) also default to ``device``. On the meta device, weight initialisation is
+    ``torch.zeros``, ...) also default to ``device``; when it is not given, the environment
+    decides, as for ``init_empty_weights``. On the meta device, weight initialisation is
     skipped (see the module docstring).
     """
     device = torch.device(device)
-    include_buffers = bool(include_buffers)
+    if include_buffers is None:
+        include_buffers = include_buffers_default()
     original_register_parameter = nn.Module.register_parameter
     original_register_buffer = nn.Module.register_buffer
 

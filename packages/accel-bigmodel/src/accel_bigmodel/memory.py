@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 import psutil
 import torch
@@ -83,32 +84,96 @@ def get_max_memory(max_memory: dict[Device, int | str] | None = None) -> dict[De
     return dict(sorted(result.items(), key=lambda item: device_order(item[0])))
 
 
+def check_device_same(first_device: torch.device, second_device: torch.device) -> bool:
+    """Whether two torch devices are the same device, ``cuda`` meaning ``cuda:0``.
+
+    ``torch.device("cuda") == torch.device("cuda:0")`` is False in torch; here an accelerator
+    device without an index is read as index 0. Devices of different types always differ.
+    """
+    if first_device.type != second_device.type:
+        return False
+    if first_device.type == "cpu":
+        return True
+    return (first_device.index or 0) == (second_device.index or 0)
+
+
+def get_module_leaves(module_sizes: Mapping[str, int]) -> list[str]:
+    """The names in ``module_sizes`` (as from ``compute_module_sizes``) that no other name
+    extends by one dotted part, ``""`` excepted: the tensors, or once tensors are removed, the
+    innermost modules holding them."""
+    parents = {name.rpartition(".")[0] for name in module_sizes if "." in name}
+    return [name for name in module_sizes if name and name not in parents]
+
+
 def get_balanced_memory(
     model: nn.Module,
     max_memory: dict[Device, int | str] | None = None,
-    no_split_module_classes: list[str] | None = None,
+    no_split_module_classes: list[str] | str | None = None,
     dtype: str | torch.dtype | None = None,
     special_dtypes: dict[str, str | torch.dtype] | None = None,
     low_zero: bool = False,
 ) -> dict[Device, int]:
     """A ``max_memory`` that spreads the model evenly over the GPUs, for ``infer_auto_device_map``.
 
-    With n GPUs each of the first n - 1 is capped at ``ceil(model size / n)``; the last GPU keeps
-    its full memory, so a layer that does not fit before a boundary moves to the next GPU and
-    everything that fits somewhere still does. With ``low_zero`` GPU 0 receives only what the
-    other GPUs cannot hold (it is kept free for generation outputs) and the rest is spread over
-    GPUs 1..n-1. With fewer than two GPUs the memory is returned unchanged.
+    Accelerate's rule, so ``device_map="auto"`` gives the same maps: with n GPUs (those with
+    memory left), each GPU but the last is capped at ``model size // n`` plus a margin of 1.25
+    times the bigger of the first ``no_split_module_classes`` block met and the mean size of the
+    innermost modules holding tensors; the last GPU keeps its full memory, so everything that fits
+    somewhere still does. With ``low_zero`` the size is shared by n - 1 GPUs and GPU 0 receives
+    only what the others cannot hold (it is kept free for generation outputs). With a single GPU
+    whose memory was measured (``max_memory=None``), 90% of it is offered, the rest kept as a
+    buffer. CPU, mps (unless it is the accelerator) and disk are returned unchanged.
     """
+    measured = max_memory is None
     memory = get_max_memory(max_memory)
-    gpus = [d for d in memory if isinstance(d, int) and memory[d] > 0]
-    if len(gpus) < 2:
+    gpus = [d for d in memory if _is_accelerator(d) and memory[d] > 0]
+    if not gpus:
         return memory
+    if len(gpus) == 1:
+        low_zero = False
+        if measured and isinstance(gpus[0], int):
+            memory[gpus[0]] = int(memory[gpus[0]] * 0.9)
     sizes = compute_module_sizes(model, dtype=dtype, special_dtypes=special_dtypes)
-    sharing = gpus[1:] if low_zero else gpus
-    per_gpu = -(-sizes[""] // len(sharing))
-    for gpu in sharing[:-1]:
-        memory[gpu] = min(memory[gpu], per_gpu)
-    if low_zero:
-        rest = sum(memory[g] for g in sharing)
-        memory[gpus[0]] = min(memory[gpus[0]], max(0, sizes[""] - rest))
+    margin = max(
+        _no_split_block_size(model, sizes, no_split_module_classes), _mean_innermost_size(sizes)
+    )
+    per_gpu = sizes[""] // (len(gpus) - 1 if low_zero else len(gpus)) + int(1.25 * margin)
+    int_gpus = [g for g in gpus if isinstance(g, int)]
+    for gpu in int_gpus[:-1]:
+        if not (low_zero and gpu == int_gpus[0]):
+            memory[gpu] = min(per_gpu, memory[gpu])
+    if low_zero and int_gpus:
+        rest = sum(memory[g] for g in int_gpus[1:])
+        memory[int_gpus[0]] = min(max(0, sizes[""] - rest), memory[int_gpus[0]])
     return memory
+
+
+def _is_accelerator(device: Device) -> bool:
+    if isinstance(device, int):
+        return True
+    return device == "mps" and not torch.cuda.is_available() and torch.backends.mps.is_available()
+
+
+def _no_split_block_size(
+    model: nn.Module, sizes: Mapping[str, int], no_split_module_classes: list[str] | str | None
+) -> int:
+    """Size of the biggest of the first modules met (in ``sizes`` order) of each no-split class."""
+    if isinstance(no_split_module_classes, str):
+        no_split_module_classes = [no_split_module_classes]
+    wanted = set(no_split_module_classes or ())
+    first: dict[str, int] = {}
+    modules = dict(model.named_modules())
+    for name, size in sizes.items():
+        module = modules.get(name) if name else None
+        class_name = type(module).__name__
+        if module is not None and class_name in wanted and class_name not in first:
+            first[class_name] = size
+    return max(first.values(), default=0)
+
+
+def _mean_innermost_size(sizes: Mapping[str, int]) -> int:
+    """Mean size of the innermost modules that hold tensors (the leaves once tensors are gone)."""
+    tensors = set(get_module_leaves(sizes))
+    modules = {n: v for n, v in sizes.items() if n not in tensors}
+    leaves = get_module_leaves(modules)
+    return int(sum(modules[n] for n in leaves) / max(len(leaves), 1))

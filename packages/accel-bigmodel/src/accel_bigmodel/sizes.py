@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -20,19 +20,35 @@ def named_module_tensors(
     """Yield ``(name, tensor)`` for the parameters (and buffers) of ``module``.
 
     ``recurse=False`` keeps to the module's own tensors. ``remove_non_persistent`` drops buffers
-    registered with ``persistent=False`` (they are not in the state dict).
+    registered with ``persistent=False`` (they are not in the state dict), nested ones included.
     """
     yield from module.named_parameters(recurse=recurse)
     if not include_buffers:
         return
     skipped: set[str] = set()
     if remove_non_persistent:
-        for prefix, sub in module.named_modules() if recurse else [("", module)]:
-            for name in sub._non_persistent_buffers_set:
-                skipped.add(f"{prefix}.{name}" if prefix else name)
+        skipped = get_non_persistent_buffers(module, recurse=recurse, fqns=True)
     for name, buffer in module.named_buffers(recurse=recurse):
         if name not in skipped:
             yield name, buffer
+
+
+def get_non_persistent_buffers(
+    module: nn.Module, recurse: bool = False, fqns: bool = False
+) -> set[str]:
+    """Names of the buffers of ``module`` registered with ``persistent=False``.
+
+    ``recurse`` adds those of every submodule: by their own short names, or with ``fqns`` by
+    their dotted names from ``module`` (``"encoder.rotary.inv_freq"``).
+    """
+    names = set(module._non_persistent_buffers_set)
+    if recurse:
+        for prefix, sub in module.named_modules():
+            if fqns:
+                names |= {f"{prefix}.{b}" if prefix else b for b in sub._non_persistent_buffers_set}
+            else:
+                names |= sub._non_persistent_buffers_set
+    return names
 
 
 def id_tensor_storage(tensor: torch.Tensor) -> tuple[torch.device, int, int]:
@@ -53,13 +69,18 @@ def _tensor_bytes(
     dtype: torch.dtype | None,
     special_dtypes: dict[str, torch.dtype | CustomDtype],
 ) -> int:
+    """Bytes of ``tensor`` once loaded: integer and bool tensors are never cast (as in loading)."""
     if name in special_dtypes:
         size = dtype_byte_size(special_dtypes[name])
-    elif dtype is not None and tensor.is_floating_point():
+    elif dtype is not None and not _keeps_dtype(tensor.dtype):
         size = min(dtype_byte_size(dtype), dtype_byte_size(tensor.dtype))
     else:
         size = dtype_byte_size(tensor.dtype)
     return int(tensor.numel() * size)
+
+
+def _keeps_dtype(dtype: torch.dtype) -> bool:
+    return dtype == torch.bool or not (dtype.is_floating_point or dtype.is_complex)
 
 
 def compute_module_sizes(
@@ -68,29 +89,28 @@ def compute_module_sizes(
     special_dtypes: dict[str, str | torch.dtype | CustomDtype] | None = None,
     buffers_only: bool = False,
 ) -> dict[str, int]:
-    """Bytes of every module, every tensor and of the whole model (key ``""``).
+    """Bytes of every tensor, of every module holding tensors and of the whole model (``""``).
 
     With ``dtype``, floating-point tensors are counted as if cast to it (never upcast: a float16
-    weight stays two bytes under ``dtype=float32``, as when loading). ``special_dtypes`` maps
-    tensor names to the dtype they will have. Works on the meta device.
+    weight stays two bytes under ``dtype=float32``, as when loading); integer and bool tensors
+    keep their size. ``special_dtypes`` maps tensor names to the dtype they will have. Tied
+    tensors count once, under their first name. The result is a ``defaultdict(int)`` whose keys
+    come in Accelerate's order (each tensor and its parents, parameters first, then buffers), so
+    a module without tensors reads as 0. Works on the meta device.
     """
     target = parse_dtype(dtype)
     special = {
         k: v if isinstance(v, CustomDtype) else parse_dtype(v)
         for k, v in (special_dtypes or {}).items()
     }
-    sizes: dict[str, int] = defaultdict(int)
-    if not buffers_only:
-        for name, _ in model.named_modules():
-            sizes[name] = 0
+    sizes: defaultdict[str, int] = defaultdict(int)
     tensors = model.named_buffers() if buffers_only else named_module_tensors(model, recurse=True)
     for name, tensor in tensors:
         size = _tensor_bytes(name, tensor, target, special)
         parts = name.split(".")
         for end in range(len(parts) + 1):
             sizes[".".join(parts[:end])] += size
-    sizes.setdefault("", 0)
-    return dict(sizes)
+    return sizes
 
 
 def compute_module_total_buffer_size(
@@ -103,7 +123,7 @@ def compute_module_total_buffer_size(
 
 
 def get_max_layer_size(
-    modules: list[tuple[str, nn.Module]],
+    modules: Sequence[tuple[str, nn.Module | torch.Tensor]],
     module_sizes: dict[str, int],
     no_split_module_classes: list[str] | None,
 ) -> tuple[int, list[str]]:
@@ -123,7 +143,7 @@ def get_max_layer_size(
             size = module_sizes.get(name, 0)
             if size > max_size:
                 max_size, names = size, [name]
-            elif size == max_size and size > 0:
+            elif size == max_size:
                 names.append(name)
         else:
             queue = [(f"{name}.{n}" if name else n, m) for n, m in children] + queue
@@ -137,5 +157,14 @@ def calculate_maximum_sizes(model: nn.Module) -> tuple[int, tuple[int, list[str]
     """
     sizes = compute_module_sizes(model)
     no_split = list(getattr(model, "_no_split_modules", None) or [])
-    modules = list(model.named_children())
-    return sizes[""], get_max_layer_size(modules, sizes, no_split)
+    return sizes[""], get_max_layer_size(top_level_entries(model), sizes, no_split)
+
+
+def top_level_entries(model: nn.Module) -> list[tuple[str, nn.Module | torch.Tensor]]:
+    """The model's own parameters, then its children, then its own buffers: the units that
+    ``infer_auto_device_map`` starts placing, in Accelerate's order."""
+    return [
+        *model.named_parameters(recurse=False),
+        *model.named_children(),
+        *model.named_buffers(recurse=False),
+    ]

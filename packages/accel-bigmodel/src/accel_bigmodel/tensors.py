@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
 from accel_bigmodel.dtypes import parse_dtype
+
+if TYPE_CHECKING:
+    from accel_bigmodel.align_hooks import AlignDevicesHook
 
 
 def set_module_tensor_to_device(
@@ -88,12 +92,26 @@ def set_module_tensor_to_device(
         module._parameters[tensor_name] = param_cls(new, requires_grad=requires_grad, **extra)
 
 
-def has_offloaded_params(module: nn.Module) -> bool:
-    """Whether ``module`` has a hook that keeps its weights offloaded between forward passes."""
+def _offloading_hook(module: nn.Module) -> AlignDevicesHook | None:
+    """The hook keeping ``module``'s weights offloaded, also when it is one of a
+    ``SequentialHook`` (as on a ``cpu_offload``-ed model's root); None if there is none."""
     from accel_bigmodel.align_hooks import AlignDevicesHook
+    from accel_bigmodel.hooks import SequentialHook
 
-    hook = getattr(module, "_hf_hook", None)
-    return isinstance(hook, AlignDevicesHook) and hook.offload
+    hooks = [getattr(module, "_hf_hook", None)]
+    while hooks:
+        hook = hooks.pop(0)
+        if isinstance(hook, SequentialHook):
+            hooks[0:0] = hook.hooks
+        elif isinstance(hook, AlignDevicesHook) and hook.offload:
+            return hook
+    return None
+
+
+def has_offloaded_params(module: nn.Module) -> bool:
+    """Whether ``module`` has a hook that keeps its weights offloaded between forward passes
+    (an offloading ``AlignDevicesHook``, alone or within a ``SequentialHook``)."""
+    return _offloading_hook(module) is not None
 
 
 @contextlib.contextmanager
@@ -106,8 +124,8 @@ def align_module_device(
     offloaded again on exit. Otherwise, with ``execution_device`` the tensors are moved there and
     moved back on exit.
     """
-    if has_offloaded_params(module):
-        hook = module._hf_hook
+    hook = _offloading_hook(module)
+    if hook is not None:
         saved = hook.execution_device
         if execution_device is not None:
             hook.execution_device = execution_device

@@ -14,13 +14,15 @@ logger = logging.getLogger(__name__)
 def find_tied_parameters(model: nn.Module, **kwargs: object) -> list[list[str]]:
     """Groups of parameter names that refer to the same parameter, each group sorted.
 
-    Example: ``[["lm_head.weight", "transformer.wte.weight"]]`` for a GPT-2 with tied embeddings.
-    Works on the meta device (ties are found by object identity).
+    Groups come in the order their parameter first appears in ``model.named_parameters()`` (the
+    order Accelerate gives, which ``infer_auto_device_map`` depends on). Example:
+    ``[["lm_head.weight", "transformer.wte.weight"]]`` for a GPT-2 with tied embeddings. Works on
+    the meta device (ties are found by object identity).
     """
     by_id: dict[int, list[str]] = {}
     for name, param in model.named_parameters(remove_duplicate=False):
         by_id.setdefault(id(param), []).append(name)
-    return sorted(sorted(names) for names in by_id.values() if len(names) > 1)
+    return [sorted(names) for names in by_id.values() if len(names) > 1]
 
 
 def _resolve(model: nn.Module, name: str) -> tuple[nn.Module, str]:
@@ -70,13 +72,27 @@ def check_tied_parameters_on_same_device(
 
 
 def check_tied_parameters_in_config(model: nn.Module) -> bool:
-    """Whether the model's configuration asks for tied weights (transformers models)."""
+    """Whether a transformers model says that some of its weights should be tied.
+
+    True for a ``PreTrainedModel`` whose (decoder) config has ``tie_word_embeddings`` and that
+    has output embeddings, whose config ties encoder and decoder (``is_encoder_decoder`` and
+    ``tie_encoder_decoder``), or with a module defining ``_tie_weights``. Always False for other
+    models.
+    """
+    if "PreTrainedModel" not in [cls.__name__ for cls in type(model).__mro__]:
+        return False
     config = getattr(model, "config", None)
-    has_tied_keys = bool(getattr(model, "_tied_weights_keys", None))
-    if config is None:
-        return has_tied_keys
-    word = bool(getattr(config, "tie_word_embeddings", False))
+    text_config = config
+    if config is not None and hasattr(config, "get_text_config"):
+        text_config = config.get_text_config(decoder=True)
+    get_output_embeddings = getattr(model, "get_output_embeddings", None)
+    word = bool(
+        text_config is not None
+        and getattr(text_config, "tie_word_embeddings", False)
+        and get_output_embeddings is not None
+        and get_output_embeddings() is not None
+    )
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False)) and bool(
         getattr(config, "tie_encoder_decoder", False)
     )
-    return has_tied_keys and (word or encoder_decoder)
+    return word or encoder_decoder or any(hasattr(m, "_tie_weights") for m in model.modules())

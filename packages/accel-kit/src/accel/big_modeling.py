@@ -10,6 +10,7 @@ _NAMES = {
     "disk_offload": "accel_bigmodel",
     "dispatch_model": "accel_bigmodel",
     "load_checkpoint_and_dispatch": "accel_bigmodel",
+    "attach_layerwise_casting_hooks": "accel_bigmodel",
 }
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES)

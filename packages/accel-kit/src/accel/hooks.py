@@ -14,6 +14,7 @@ _NAMES = {
     "attach_align_device_hook_on_blocks": "accel_bigmodel",
     "CpuOffload": "accel_bigmodel",
     "UserCpuOffloadHook": "accel_bigmodel",
+    "LayerwiseCastingHook": "accel_bigmodel",
 }
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES)
