@@ -57,7 +57,6 @@ from accel_bigmodel.offloaded_state import (
     get_state_dict_from_offload,
     get_state_dict_offloaded_model,
 )
-from accel_bigmodel.out_of_scope import OutOfScopeError
 from accel_bigmodel.peft_models import is_peft_model
 from accel_bigmodel.pipeline_inference import (
     build_pipeline,
@@ -112,6 +111,7 @@ from accel_bigmodel.whole_model_offload import (
     disk_offload,
 )
 from accel_ops import TensorInformation
+from accel_ops.out_of_scope import OutOfScopeError
 
 __version__ = "0.1.1"
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from accel_bigmodel.out_of_scope import OutOfScopeError, out_of_scope
+from accel_ops.out_of_scope import OutOfScopeError, out_of_scope
 
 _FEATURE = "pipeline-parallel inference (Accelerate's prepare_pippy, torch.distributed.pipelining)"
 _INSTEAD = (

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from accel_bigmodel.dtypes import CustomDtype
-from accel_bigmodel.out_of_scope import OutOfScopeError, out_of_scope
 from accel_bigmodel.tied import find_tied_parameters
+from accel_ops.out_of_scope import OutOfScopeError, out_of_scope
 
 _SHORT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _FEATURE = "bitsandbytes quantization"

@@ -188,6 +188,7 @@ from accel_ops.operation_checks import (
     chained_operation,
     verify_operation,
 )
+from accel_ops.out_of_scope import OutOfScopeError, out_of_scope
 from accel_ops.padding import (
     CannotPadNestedTensorWarning,
     pad_across_processes,
@@ -304,6 +305,7 @@ __all__ = [
     "GatheredParameters",
     "LaunchEnvironment",
     "LaunchEnvironmentError",
+    "OutOfScopeError",
     "PartialState",
     "PrecisionType",
     "RNGType",
@@ -414,6 +416,7 @@ __all__ = [
     "is_xpu_available",
     "listify",
     "merge_dicts",
+    "out_of_scope",
     "override_numa_affinity",
     "pad_across_processes",
     "pad_input_tensors",
