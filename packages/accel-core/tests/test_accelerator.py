@@ -88,16 +88,6 @@ def test_steps_and_plugin_together_are_refused():
         )
 
 
-def test_unknown_object_is_named_with_its_type():
-    accelerator = Accelerator()
-    model = torch.nn.Linear(2, 2)
-    with pytest.raises(TypeError) as error:
-        accelerator.prepare(model, "hello")
-    message = str(error.value)
-    assert "argument 2 ('hello', of type builtins.str)" in message
-    assert "torch.utils.data.DataLoader" in message
-
-
 def test_a_data_loader_prepared_twice_is_refused():
     accelerator = Accelerator()
     loader = DataLoader(torch.arange(8), batch_size=2)
@@ -230,7 +220,7 @@ def test_find_executable_batch_size_through_the_accelerator():
     accelerator = Accelerator()
     tried = []
 
-    @find_executable_batch_size(starting_batch_size=64)
+    @find_executable_batch_size(starting_batch_size=20)
     def train(batch_size):
         accelerator.free_memory()
         tried.append(batch_size)
@@ -241,7 +231,7 @@ def test_find_executable_batch_size_through_the_accelerator():
         return [len(b) for b in loader], type(model).__name__
 
     sizes, name = train()
-    assert tried == [64, 32, 16]
+    assert tried == [20, 18, 16]  # int(size * 0.9), as in Accelerate 1.15
     assert sizes == [16, 16] and name == "Linear"
 
 

@@ -77,9 +77,6 @@ def test_configuration_dataclasses_and_enums():
     assert LoggerType.TENSORBOARD == "tensorboard" and str(LoggerType.WANDB) == "wandb"
     assert DDPCommunicationHookType("power_sgd") is DDPCommunicationHookType.POWER_SGD
     dynamo = TorchDynamoPlugin(backend="INDUCTOR", mode="max-autotune")
-    assert dynamo.enabled and dynamo.to_kwargs() == {
-        "backend": "inductor",
-        "fullgraph": False,
-        "mode": "max-autotune",
-    }
+    # only what differs from the defaults, as in Accelerate 1.15
+    assert dynamo.enabled and dynamo.to_kwargs() == {"backend": "inductor", "mode": "max-autotune"}
     assert not TorchDynamoPlugin().enabled

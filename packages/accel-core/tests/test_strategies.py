@@ -58,8 +58,23 @@ def test_unknown_strategy_lists_known_names_and_the_pip_line():
 
 
 def test_backend_strategy_not_installed_says_what_to_install(monkeypatch):
+    from accel_core.strategies import registry
+
+    monkeypatch.setattr(registry, "installed_version", lambda distribution: None)
     monkeypatch.setenv("ACCEL_STRATEGY", "deepspeed")
     with pytest.raises(UnknownStrategyError, match=r"pip install accel-backends\[deepspeed\]"):
+        Accelerator()
+
+
+def test_backend_installed_without_the_strategy_says_it_is_not_built(monkeypatch):
+    from accel_core.strategies import registry
+
+    monkeypatch.setattr(registry, "installed_version", lambda distribution: "0.2.0")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(
+        UnknownStrategyError,
+        match=r"accel-backends 0.2.0 is installed but does not provide the deepspeed strategy",
+    ):
         Accelerator()
 
 

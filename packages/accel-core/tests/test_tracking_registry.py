@@ -87,7 +87,10 @@ def test_unknown_name_fails_at_construction_listing_the_valid_ones():
     assert "'tensorbord'" in message
     for name in (
         "'aim'",
+        "'clearml'",
         "'comet_ml'",
+        "'dvclive'",
+        "'swanlab'",
         "'jsonl'",
         "'mlflow'",
         "'tensorboard'",
@@ -96,11 +99,6 @@ def test_unknown_name_fails_at_construction_listing_the_valid_ones():
         "'all'",
     ):
         assert name in message
-
-
-def test_accelerate_trackers_not_shipped_say_how_to_write_one():
-    with pytest.raises(UnknownTrackerError, match=r"does not ship a clearml tracker.*register"):
-        Accelerator(log_with="clearml")
 
 
 def test_tracker_that_needs_a_logging_directory_fails_at_construction():

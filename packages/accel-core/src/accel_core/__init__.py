@@ -57,6 +57,17 @@ _EXPORTS = {
     "notebook_launcher": "launchers",
     "debug_launcher": "launchers",
     "LocalSGD": "local_sgd",
+    "compile_regions": "regional_compilation",
+    "compile_regions_deepspeed": "regional_compilation",
+    "compile_regions_fsdp2": "regional_compilation",
+    "has_compiled_regions": "regional_compilation",
+    "is_repeated_blocks": "regional_compilation",
+    "has_repeated_blocks": "regional_compilation",
+    "get_module_children_bottom_up": "module_inspection",
+    "get_module_class_from_name": "module_inspection",
+    "model_has_dtensor": "module_inspection",
+    "get_model_tp_size": "module_inspection",
+    "TORCH_SAFE_GLOBALS": "safe_globals",
 }
 
 __all__ = sorted(_EXPORTS)

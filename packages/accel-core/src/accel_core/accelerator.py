@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from accel_core import accumulation, metrics, preparation, profiling, settings
+from accel_core import accumulation, engine_options, metrics, preparation, profiling, settings
 from accel_core.checkpointing.mixin import CheckpointingMixin
 from accel_core.configuration import (
     DataLoaderConfiguration,
@@ -33,17 +33,32 @@ from accel_core.kwargs_handlers import (
     ProfileKwargs,
     collect_handlers,
 )
-from accel_core.optimizer import AcceleratedOptimizer
+from accel_core.optimizer import AcceleratedOptimizer, lomo_backward
+from accel_core.parallelism import (
+    ParallelismConfigLike,
+    ParallelismMixin,
+    refuse_unsupported,
+    setup_device_mesh,
+)
 from accel_core.precision import Precision
 from accel_core.process_api import ProcessMixin
+from accel_core.read_back import ReadBackMixin
 from accel_core.scheduler import AcceleratedScheduler
 from accel_core.state import AcceleratorState
 from accel_core.strategies import Strategy, SupportsJoin, resolve_strategy
 from accel_core.tracking.mixin import TrackingMixin
+from accel_core.triggers import TriggerMixin
 from accel_ops import inflight
 
 
-class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
+class Accelerator(
+    ProcessMixin,
+    CheckpointingMixin,
+    TrackingMixin,
+    ParallelismMixin,
+    TriggerMixin,
+    ReadBackMixin,
+):
     """Prepare a PyTorch training loop for any number of processes, precision and accumulation.
 
     Args:
@@ -55,7 +70,11 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
             ``ACCEL_GRADIENT_ACCUMULATION_STEPS``, else 1.
         cpu: run on CPU even if an accelerator is present (also ``ACCEL_USE_CPU``).
         dataloader_config: how data loaders are sharded.
-        deepspeed_plugin, fsdp_plugin: choose the DeepSpeed or FSDP strategy (accel-backends).
+        deepspeed_plugin, fsdp_plugin: choose the DeepSpeed or FSDP strategy (accel-backends;
+            until it provides them, a NotImplementedError says so). ``deepspeed_plugins`` is
+            Accelerate's other spelling (a plugin or a dict of named plugins).
+        torch_tp_plugin, megatron_lm_plugin: accepted for Accelerate's signature; tensor
+            parallelism and Megatron-LM are out of scope (``OutOfScopeError``).
         rng_types: generators synchronised at each epoch (default ``["generator"]``).
         log_with: experiment trackers (names, ``LoggerType``s or ``GeneralTracker`` objects; "all").
         project_dir, project_config: where checkpoints and local tracker logs go, automatic
@@ -64,8 +83,11 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         step_scheduler_with_optimizer: advance prepared schedulers only with optimizer steps.
         kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
             ``InitProcessGroupKwargs``, ``AutocastKwargs``, ``ProfileKwargs``.
-        dynamo_backend, dynamo_plugin: compile prepared models with ``torch.compile``; default
-            from ``ACCEL_DYNAMO_BACKEND``.
+        dynamo_backend, dynamo_plugin: compile prepared models with ``torch.compile`` (one of
+            the two); fields not given come from ``ACCEL_DYNAMO_*`` (or Accelerate's
+            ``ACCELERATE_DYNAMO_*``), see ``TorchDynamoPlugin``.
+        parallelism_config: Accelerate's ``ParallelismConfig``: data parallelism only
+            (``dp_replicate_size`` 1 or the number of processes; see :mod:`accel_core.parallelism`).
         strategy: a strategy name (``"single_device"``, ``"ddp"``, or one installed by
             accel-backends) or a :class:`~accel_core.Strategy`; default from ``ACCEL_STRATEGY``,
             else ``"ddp"`` with several processes and ``"single_device"`` with one.
@@ -81,6 +103,8 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         dataloader_config: DataLoaderConfiguration | None = None,
         deepspeed_plugin: Any = None,
         fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
         rng_types: list[Any] | None = None,
         log_with: Any = None,
         project_dir: str | os.PathLike[str] | None = None,
@@ -90,18 +114,28 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         kwargs_handlers: list[KwargsHandler] | None = None,
         dynamo_backend: Any = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
+        deepspeed_plugins: Any = None,
+        parallelism_config: ParallelismConfigLike | None = None,
+        *,
         strategy: str | Strategy | None = None,
     ) -> None:
         from accel_core.gradient_state import GradientState
         from accel_ops import LaunchEnvironment
 
+        # Refuse what accel does not run before the process state (and group) is built.
+        engine_options.refuse_out_of_scope(megatron_lm_plugin, torch_tp_plugin, mixed_precision)
+        refuse_unsupported(parallelism_config)
+        plugins = engine_options.strategy_plugins(deepspeed_plugin, deepspeed_plugins, fsdp_plugin)
         environment = LaunchEnvironment.from_environ()
         self.handlers = collect_handlers(kwargs_handlers)
         init_handler = self.handlers.get(InitProcessGroupKwargs)
         self.state = AcceleratorState(
             mixed_precision=mixed_precision,
             cpu=cpu,
-            dynamo_plugin=settings.dynamo_plugin(dynamo_backend, dynamo_plugin, environment),
+            dynamo_plugin=settings.dynamo_plugin(dynamo_backend, dynamo_plugin),
+            deepspeed_plugin=plugins["deepspeed"],
+            fsdp_plugin=plugins["fsdp"],
+            parallelism_config=parallelism_config,
             _from_accelerator=True,
             **(init_handler.to_kwargs() if init_handler is not None else {}),
         )
@@ -111,10 +145,14 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
             launch_options=environment.strategy_config,
             world_size=self.state.num_processes,
             kwargs_handlers=list(self.handlers.values()),
-            plugins={"deepspeed": deepspeed_plugin, "fsdp": fsdp_plugin},
+            plugins=plugins,
         )
         self.strategy.setup_environment(self.state)
         self.state._set_strategy(self.strategy)
+        if self.state.device_mesh is None:
+            self.state.device_mesh = setup_device_mesh(
+                parallelism_config, self.device.type, self.num_processes, self.multi_device
+            )
         self.precision = Precision(
             self.state.mixed_precision,
             self.device,
@@ -138,6 +176,8 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         self._setup_tracking(log_with)
         self._setup_checkpointing()
         self.step = 0
+        self.flag_tensor = None
+        self.has_lomo_optimizer = False
         self._models: list[Any] = []
         self._optimizers: list[Any] = []
         self._schedulers: list[Any] = []
@@ -155,38 +195,6 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
     def native_amp(self) -> bool:
         """Whether forward passes of prepared models run under autocast."""
         return self.precision.native_amp
-
-    @property
-    def split_batches(self) -> bool:
-        return self.dataloader_config.split_batches
-
-    @property
-    def dispatch_batches(self) -> bool | None:
-        return self.dataloader_config.dispatch_batches
-
-    @property
-    def even_batches(self) -> bool:
-        return self.dataloader_config.even_batches
-
-    @even_batches.setter
-    def even_batches(self, value: bool) -> None:
-        self.dataloader_config.even_batches = value
-
-    @property
-    def use_seedable_sampler(self) -> bool:
-        return self.dataloader_config.use_seedable_sampler
-
-    @property
-    def non_blocking(self) -> bool:
-        return self.dataloader_config.non_blocking
-
-    @property
-    def project_dir(self) -> str | None:
-        return self.project_configuration.project_dir
-
-    @property
-    def logging_dir(self) -> str | None:
-        return self.project_configuration.logging_dir
 
     @property
     def gradient_accumulation_steps(self) -> int:
@@ -230,7 +238,15 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         evaluation_mode: bool = False,
     ) -> torch.nn.Module:
         """Move ``model`` to the device, run its forward in mixed precision, wrap it for the
-        strategy (not in ``evaluation_mode``) and compile it when a dynamo backend is set."""
+        strategy (not in ``evaluation_mode``) and compile it when a dynamo backend is set.
+
+        A model ``prepare`` returned already comes back as is, listed once among the prepared
+        models (it is marked ``_is_accelerate_prepared``, Accelerate's attribute).
+        """
+        if getattr(model, "_is_accelerate_prepared", False):
+            if not any(model is known for known in self._models):
+                self._models.append(model)
+            return model
         if device_placement is None:
             device_placement = self.device_placement
         if len(preparation.dispatched_devices(model)) > 1:
@@ -240,9 +256,8 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
             prepared = model.to(self.device) if device_placement else model
         else:
             prepared = self.strategy.wrap_model(model, device_placement=device_placement)
-        dynamo = self.state.dynamo_plugin
-        if dynamo.enabled:
-            prepared = torch.compile(prepared, **dynamo.to_kwargs())
+        prepared = preparation.compile_model(prepared, self.state.dynamo_plugin)
+        prepared._is_accelerate_prepared = True
         self._models.append(prepared)
         return prepared
 
@@ -257,6 +272,7 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         prepared = self.strategy.wrap_optimizer(
             optimizer, device_placement=device_placement, scaler=self.scaler
         )
+        self.has_lomo_optimizer |= hasattr(optimizer, "fused_backward")
         self._optimizers.append(prepared)
         return prepared
 
@@ -313,10 +329,18 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
     # -- the training step ---------------------------------------------------------------------
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backpropagate ``loss``: divided by the accumulation steps, scaled for fp16."""
+        """Backpropagate ``loss``: divided by the accumulation steps, scaled for fp16.
+
+        With a LOMO optimizer prepared and ``learning_rate=`` given (and no fp16 scaler), the
+        optimizer's fused backward-and-update runs instead, as in Accelerate.
+        """
         steps = self.gradient_state.num_steps
         if steps > 1 and not self.strategy.handles_accumulation:
             loss = loss / steps
+        learning_rate = kwargs.get("learning_rate")
+        if learning_rate is not None and self.has_lomo_optimizer and self.scaler is None:
+            self.lomo_backward(loss, learning_rate)
+            return
         # Under DDP the gradients are all-reduced inside backward: the hang report shows it.
         with inflight.waiting_in("backward", loss):
             self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
@@ -328,6 +352,11 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
         """Context in which backward passes do not synchronise ``model``'s gradients."""
         return accumulation.no_sync(self, model)
+
+    def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
+        """Backward and update in one pass on the prepared LOMO optimizers (``lomo-optim``'s
+        ``Lomo`` / ``AdaLomo``: optimizers with a ``fused_backward(loss, lr)``)."""
+        lomo_backward(self._optimizers, loss, learning_rate)
 
     def unscale_gradients(self, optimizer: Any = None) -> None:
         """Divide fp16 gradients by the loss scale (before clipping or inspecting them)."""
@@ -497,6 +526,11 @@ class Accelerator(ProcessMixin, CheckpointingMixin, TrackingMixin):
         self._finish_tracking()
         self.wait_for_everyone()
         self.strategy.teardown()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Accelerator:
+        """The Accelerator itself, as in Accelerate: it holds the process-wide training state,
+        which a copy would split (objects that keep an Accelerator can be deep-copied)."""
+        return self
 
     def __repr__(self) -> str:
         return (

@@ -8,10 +8,14 @@ the same thing.
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accel_ops import DynamoBackend
 
 
 class _StrEnum(str, enum.Enum):
@@ -114,33 +118,70 @@ class ProjectConfiguration:
 
 @dataclass
 class TorchDynamoPlugin:
-    """How ``prepare`` compiles models with ``torch.compile``.
+    """How ``prepare`` compiles models with ``torch.compile`` (Accelerate 1.15's fields).
 
-    ``backend`` is a torch.compile backend name (``"inductor"``, ``"eager"``, ``"aot_eager"``...);
-    ``"no"`` disables compilation. The other fields are passed to ``torch.compile`` when set.
+    A field left ``None`` is read from the environment when the plugin is built, our spelling
+    first, then Accelerate's: ``backend`` from ``ACCEL_DYNAMO_BACKEND`` /
+    ``ACCELERATE_DYNAMO_BACKEND`` (else ``"no"``: no compilation), ``mode`` from ``..._MODE``
+    (else ``"default"``), ``fullgraph`` from ``..._USE_FULLGRAPH`` (else False), ``dynamic`` from
+    ``..._USE_DYNAMIC`` (else None: torch decides), ``use_regional_compilation`` from
+    ``..._USE_REGIONAL_COMPILATION`` (else False: compile the whole model, not each repeated
+    block). ``backend`` becomes an ``accel_ops.DynamoBackend``; ``options`` go to the backend,
+    ``disable=True`` makes ``torch.compile`` a no-op.
     """
 
-    backend: str = "no"
+    backend: DynamoBackend | str | None = None
     mode: str | None = None
-    fullgraph: bool = False
+    fullgraph: bool | None = None
     dynamic: bool | None = None
     options: dict[str, Any] | None = None
     disable: bool = False
-    use_regional_compilation: bool = False
+    use_regional_compilation: bool | None = None
 
     def __post_init__(self) -> None:
-        self.backend = str(getattr(self.backend, "value", self.backend)).lower()
+        from accel_ops import DynamoBackend
+
+        if self.backend is None:
+            self.backend = _dynamo_variable("BACKEND") or "no"
+        self.backend = DynamoBackend(str(getattr(self.backend, "value", self.backend)).upper())
+        if self.mode is None:
+            self.mode = _dynamo_variable("MODE") or "default"
+        if self.fullgraph is None:
+            self.fullgraph = _dynamo_flag("USE_FULLGRAPH")
+        if self.use_regional_compilation is None:
+            self.use_regional_compilation = _dynamo_flag("USE_REGIONAL_COMPILATION")
+        if self.dynamic is None and _dynamo_variable("USE_DYNAMIC") is not None:
+            self.dynamic = _dynamo_flag("USE_DYNAMIC")
 
     @property
     def enabled(self) -> bool:
-        """Whether a backend other than ``"no"`` was chosen."""
-        return self.backend != "no" and not self.disable
+        """Whether a backend other than ``"no"`` was chosen (``prepare`` then compiles)."""
+        return str(getattr(self.backend, "value", self.backend)).upper() != "NO"
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, ``backend`` as its lower-case name (``"inductor"``)."""
+        values = copy.deepcopy({f.name: getattr(self, f.name) for f in fields(self)})
+        values["backend"] = str(getattr(self.backend, "value", self.backend)).lower()
+        return values
 
     def to_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments for ``torch.compile``."""
-        kwargs: dict[str, Any] = {"backend": self.backend, "fullgraph": self.fullgraph}
-        for name in ("mode", "dynamic", "options"):
-            value = getattr(self, name)
-            if value is not None:
-                kwargs[name] = value
+        """The ``torch.compile`` arguments that differ from a plugin built in an environment
+        without dynamo variables (``use_regional_compilation`` is not one of them)."""
+        defaults = {"backend": "no", "mode": "default", "fullgraph": False, "dynamic": None}
+        defaults.update(options=None, disable=False, use_regional_compilation=False)
+        kwargs = {k: v for k, v in self.to_dict().items() if defaults[k] != v}
+        kwargs.pop("use_regional_compilation", None)
         return kwargs
+
+
+def _dynamo_variable(name: str) -> str | None:
+    """``ACCEL_DYNAMO_<name>``, else Accelerate's ``ACCELERATE_DYNAMO_<name>``, else None."""
+    ours = os.environ.get(f"ACCEL_DYNAMO_{name}")
+    return ours if ours is not None else os.environ.get(f"ACCELERATE_DYNAMO_{name}")
+
+
+def _dynamo_flag(name: str) -> bool:
+    from accel_ops import str_to_bool
+
+    text = _dynamo_variable(name)
+    return text is not None and str_to_bool(text) == 1

@@ -144,9 +144,17 @@ _HANDLER_TYPES = (
 
 
 def collect_handlers(handlers: Any) -> dict[type, KwargsHandler]:
-    """Index ``Accelerator(kwargs_handlers=[...])`` by type; one handler per type."""
+    """Index ``Accelerator(kwargs_handlers=[...])`` by type; one handler per type.
+
+    A handler of a feature accel does not run (the FP8 recipes) raises its
+    :class:`~accel_core.out_of_scope.OutOfScopeError`.
+    """
+    from accel_core.out_of_scope import OutOfScopeKwargsHandler
+
     found: dict[type, KwargsHandler] = {}
     for handler in handlers or ():
+        if isinstance(handler, OutOfScopeKwargsHandler):
+            raise handler.unsupported_error()
         kind = next((t for t in _HANDLER_TYPES if isinstance(handler, t)), None)
         if kind is None:
             if isinstance(handler, KwargsHandler):  # a handler a strategy understands

@@ -1,17 +1,15 @@
 """Fit a training function into memory: retry with a smaller batch size on out-of-memory errors.
 
-``find_executable_batch_size`` keeps Accelerate's name and call shape. Two things differ:
-
-- the default reduction halves the batch size (128, 64, 32, ...);
-- with more than one process, the processes agree after every attempt: if any of them ran out of
-  memory they all retry with the same smaller size, so no process runs ahead with a size another
-  one could not fit.
+``find_executable_batch_size`` behaves as Accelerate 1.15's: after an out-of-memory error the
+batch size becomes ``int(batch_size * 0.9)`` (128, 115, 103, 92, ...), unless a
+``reduce_batch_size_fn`` says otherwise. One thing is added: with more than one process, the
+processes agree after every attempt: if any of them ran out of memory they all retry with the same
+smaller size, so no process runs ahead with a size another one could not fit.
 """
 
 from __future__ import annotations
 
 import functools
-import gc
 import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -22,37 +20,23 @@ import accel_ops
 
 _R = TypeVar("_R")
 
-# Substrings of the messages torch raises when an allocation fails (CUDA/ROCm, XPU, MPS, CPU) or
-# when cuDNN refuses a configuration that a smaller batch usually avoids.
+# Substrings of the messages torch raises when an allocation fails (CUDA/ROCm/XPU, MPS, CPU, HPU)
+# or when cuDNN refuses a configuration that a smaller batch usually avoids: Accelerate 1.15's list.
 _OUT_OF_MEMORY_MESSAGES = (
-    "out of memory",
+    " out of memory.",
+    "MPS backend out of memory",
+    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED.",
     "DefaultCPUAllocator: can't allocate memory",
-    "cuDNN error: CUDNN_STATUS_NOT_SUPPORTED",
-    "CUDNN_STATUS_ALLOC_FAILED",
-    "PT_DEVMEM Allocation failed",
+    "FATAL ERROR :: MODULE:PT_DEVMEM Allocation failed",
 )
+
+#: What the default ``reduce_batch_size_fn`` multiplies the batch size by (rounded down).
+REDUCTION_FACTOR = 0.9
 
 _OUT_OF_MEMORY_ERROR = getattr(torch, "OutOfMemoryError", torch.cuda.OutOfMemoryError)
 
 # What each process reports after an attempt; the processes take the largest.
 _OK, _OUT_OF_MEMORY, _OTHER_ERROR = 0, 1, 2
-
-
-def clear_device_cache(garbage_collection: bool = False) -> None:
-    """Return cached, unused blocks of the accelerator's allocator to the device.
-
-    ``garbage_collection`` runs ``gc.collect()`` first (slow: between attempts, not every step).
-    """
-    if garbage_collection:
-        gc.collect()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    xpu = getattr(torch, "xpu", None)
-    if xpu is not None and xpu.is_available():
-        xpu.empty_cache()
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        torch.mps.empty_cache()
 
 
 def release_memory(*objects: Any) -> list[None]:
@@ -66,17 +50,22 @@ def release_memory(*objects: Any) -> list[None]:
     for index in range(len(released)):
         released[index] = None
     del objects
-    clear_device_cache(garbage_collection=True)
+    accel_ops.clear_device_cache(garbage_collection=True)
     return released
 
 
 def should_reduce_batch_size(exception: BaseException) -> bool:
-    """Whether ``exception`` is an out-of-memory error that a smaller batch size may avoid."""
+    """Whether ``exception`` is an out-of-memory error that a smaller batch size may avoid.
+
+    As in Accelerate: a ``RuntimeError`` with one argument, a message that contains one of the
+    texts torch uses for a failed allocation (CUDA, ROCm, XPU, MPS, CPU, HPU) or for cuDNN's
+    ``CUDNN_STATUS_NOT_SUPPORTED``. Also any ``torch.OutOfMemoryError``, whatever its message.
+    """
     if isinstance(exception, _OUT_OF_MEMORY_ERROR):
         return True
-    if not isinstance(exception, RuntimeError):
+    if not isinstance(exception, RuntimeError) or len(exception.args) != 1:
         return False
-    message = str(exception)
+    message = str(exception.args[0])
     return any(text in message for text in _OUT_OF_MEMORY_MESSAGES)
 
 
@@ -138,9 +127,10 @@ def find_executable_batch_size(
     starting at ``starting_batch_size``. When the call raises an out-of-memory error (see
     :func:`should_reduce_batch_size`), the device caches are emptied and the call is repeated
     with ``reduce_batch_size_fn()`` (a function of no arguments returning the next size; by
-    default half the previous one). Reaching 0 raises ``RuntimeError("No executable batch size
-    found, reached zero.")``. Any other exception propagates unchanged. A later call of the same
-    decorated function starts from the last size tried.
+    default ``int(batch_size * 0.9)``: 128, 115, 103, 92, ...). Reaching 0 raises
+    ``RuntimeError("No executable batch size found, reached zero.")``. Any other exception
+    propagates unchanged. A later call of the same decorated function starts from the last size
+    tried.
 
     With a default process group of more than one process, every process reports after each
     attempt whether it succeeded, ran out of memory or failed otherwise (one ``all_reduce``):
@@ -184,16 +174,16 @@ def find_executable_batch_size(
 
     batch_size = starting_batch_size
 
-    def halve() -> int:
-        return batch_size // 2
+    def ninety_percent() -> int:
+        return int(batch_size * REDUCTION_FACTOR)
 
-    next_size = reduce_batch_size_fn or halve
+    next_size = reduce_batch_size_fn or ninety_percent
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> _R:
         nonlocal batch_size
         _check_call(function, args, kwargs)
-        clear_device_cache(garbage_collection=True)
+        accel_ops.clear_device_cache(garbage_collection=True)
         while True:
             if batch_size <= 0:
                 raise RuntimeError("No executable batch size found, reached zero.")
@@ -219,7 +209,7 @@ def find_executable_batch_size(
                 return result
             if error is not None:
                 raise error
-            clear_device_cache(garbage_collection=True)
+            accel_ops.clear_device_cache(garbage_collection=True)
             proposed = int(next_size())
             batch_size = -_all_reduce_max([-proposed])[0] if distributed else proposed
 

@@ -8,7 +8,7 @@ the step goes through the gradient scaler, which skips it when the gradients hol
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -146,5 +146,46 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         """Whether the last ``step`` was skipped because the gradients overflowed."""
         return self._is_overflow
 
+    # torch.optim.Optimizer pickles only defaults, state and param_groups, which this wrapper
+    # forwards: pickle the wrapper's own fields instead. The process-wide states are not copied
+    # into the pickle; the unpickled wrapper joins those of the process that loads it.
+    _PROCESS_STATES = ("accelerator_state", "gradient_state")
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k not in self._PROCESS_STATES}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        from accel_core.gradient_state import GradientState
+        from accel_core.state import AcceleratorState
+
+        self.__dict__.update(state)
+        self.accelerator_state = AcceleratorState()
+        self.gradient_state = GradientState()
+
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"
+
+
+def lomo_backward(
+    optimizers: Sequence[Any], loss: torch.Tensor, learning_rate: float | None
+) -> None:
+    """Run ``fused_backward(loss, learning_rate)`` of every LOMO optimizer among ``optimizers``
+    (prepared or not): ``lomo-optim``'s ``Lomo`` and ``AdaLomo`` compute the gradients and update
+    the parameters in one pass.
+
+    Raises ValueError without a learning rate, or when none of ``optimizers`` is a LOMO one.
+    """
+    if learning_rate is None:
+        raise ValueError("lomo_backward needs the learning rate: backward(loss, learning_rate=lr).")
+    called = False
+    for optimizer in optimizers:
+        inner = optimizer.optimizer if isinstance(optimizer, AcceleratedOptimizer) else optimizer
+        fused = getattr(inner, "fused_backward", None)
+        if callable(fused):
+            fused(loss, learning_rate)
+            called = True
+    if not called:
+        raise ValueError(
+            "lomo_backward found no LOMO optimizer (Lomo, AdaLomo) among the prepared optimizers; "
+            "pass it to accelerator.prepare() first."
+        )

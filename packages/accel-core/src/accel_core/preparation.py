@@ -2,7 +2,8 @@
 
 ``prepare`` sorts its arguments into models, optimizers, data loaders and schedulers, then
 prepares them in that dependency order (models before optimizers, optimizers before schedulers)
-and returns them in the order given. Anything else is an error that names the argument.
+and returns them in the order given. Anything else (``None``, a list, a dict, a number...) is
+returned unchanged at its place, as Accelerate does.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from torch.utils.data import DataLoader
 
 if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
+    from accel_core.configuration import TorchDynamoPlugin
 
 _KINDS = ("model", "optimizer", "data loader", "scheduler")
 _PASSES = (("model",), ("optimizer", "data loader"), ("scheduler",))
@@ -27,8 +29,9 @@ def _is_scheduler(obj: object) -> bool:
     return isinstance(obj, (base, lr_scheduler.ReduceLROnPlateau))
 
 
-def kind_of(obj: object, position: int) -> str:
-    """``"model"``, ``"optimizer"``, ``"data loader"`` or ``"scheduler"``; TypeError otherwise."""
+def kind_of(obj: object) -> str | None:
+    """``"model"``, ``"optimizer"``, ``"data loader"`` or ``"scheduler"``; None for anything else
+    (``prepare`` passes such objects through)."""
     from accel_core.optimizer import AcceleratedOptimizer
     from accel_core.scheduler import AcceleratedScheduler
 
@@ -40,26 +43,20 @@ def kind_of(obj: object, position: int) -> str:
         return "data loader"
     if _is_scheduler(obj) or isinstance(obj, AcceleratedScheduler):
         return "scheduler"
-    shown = repr(obj)
-    shown = shown if len(shown) <= 60 else shown[:57] + "..."
-    raise TypeError(
-        f"prepare() does not know what to do with argument {position} ({shown}, of type "
-        f"{type(obj).__module__}.{type(obj).__qualname__}). It prepares torch.nn.Module, "
-        "torch.optim.Optimizer, torch.utils.data.DataLoader and torch.optim.lr_scheduler "
-        "schedulers; pass other objects around prepare()."
-    )
+    return None
 
 
 def prepare_all(
     accelerator: Accelerator, objects: Sequence[Any], device_placement: Sequence[bool | None]
 ) -> list[Any]:
-    """Prepare ``objects`` (any order, any number) and return them in the same order."""
+    """Prepare ``objects`` (any order, any number) and return them in the same order; objects
+    of no known kind come back unchanged."""
     if len(device_placement) != len(objects):
         raise ValueError(
             f"device_placement has {len(device_placement)} entries for {len(objects)} objects; "
             "give one bool (or None) per object passed to prepare()."
         )
-    kinds = [kind_of(obj, position) for position, obj in enumerate(objects, start=1)]
+    kinds = [kind_of(obj) for obj in objects]
     result: list[Any] = list(objects)
     for kinds_of_pass in _PASSES:
         for index, (obj, kind) in enumerate(zip(objects, kinds, strict=True)):
@@ -76,6 +73,20 @@ def _prepare_one(accelerator: Accelerator, obj: Any, kind: str, placement: bool 
     if kind == "data loader":
         return accelerator.prepare_data_loader(obj, device_placement=placement)
     return accelerator.prepare_scheduler(obj)
+
+
+def compile_model(model: torch.nn.Module, dynamo: TorchDynamoPlugin) -> torch.nn.Module:
+    """``model`` compiled as ``dynamo`` says (each repeated block with
+    ``use_regional_compilation``), unless its backend is ``"no"`` or it is compiled already."""
+    from accel_core.unwrap import is_compiled_module
+
+    if not dynamo.enabled or is_compiled_module(model):
+        return model
+    if dynamo.use_regional_compilation:
+        from accel_core.regional_compilation import compile_regions
+
+        return compile_regions(model, **dynamo.to_kwargs())
+    return torch.compile(model, **dynamo.to_kwargs())  # type: ignore[return-value]
 
 
 def check_not_prepared(

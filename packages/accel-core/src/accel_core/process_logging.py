@@ -20,6 +20,7 @@ from collections.abc import MutableMapping
 from typing import Any
 
 LOG_LEVEL_ENV = "ACCEL_LOG_LEVEL"
+ACCELERATE_LOG_LEVEL_ENV = "ACCELERATE_LOG_LEVEL"  # Accelerate's name, read when ours is unset
 
 
 def _process_state() -> Any:
@@ -101,9 +102,9 @@ def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
     """A process-aware logger for ``name`` (usually ``__name__``).
 
     ``log_level`` (``"DEBUG"``, ``"INFO"``, ``"WARNING"``, ``"ERROR"``, ``"CRITICAL"``, any case)
-    sets the level of this logger; when None, the ``ACCEL_LOG_LEVEL`` environment variable does,
-    and when that is unset too the level is left as it is. Unlike Accelerate, the root logger's
-    level is not changed.
+    sets the level of this logger; when None, the ``ACCEL_LOG_LEVEL`` environment variable does
+    (else Accelerate's ``ACCELERATE_LOG_LEVEL``), and when both are unset the level is left as it
+    is. Unlike Accelerate, the root logger's level is not changed.
 
     Example::
 
@@ -115,7 +116,10 @@ def get_logger(name: str, log_level: str | None = None) -> MultiProcessAdapter:
     """
     source = "log_level"
     if log_level is None:
-        log_level, source = os.environ.get(LOG_LEVEL_ENV) or None, LOG_LEVEL_ENV
+        for source in (LOG_LEVEL_ENV, ACCELERATE_LOG_LEVEL_ENV):
+            log_level = os.environ.get(source) or None
+            if log_level is not None:
+                break
     logger = logging.getLogger(name)
     if log_level is not None:
         level = str(log_level).strip().upper()

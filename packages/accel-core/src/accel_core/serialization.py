@@ -100,7 +100,9 @@ def save(
 def load(f: str | os.PathLike[str], map_location: Any = None, **kwargs: Any) -> Any:
     """Read what ``save`` wrote: safetensors files by extension, anything else with ``torch.load``.
 
-    ``torch.load`` runs with ``weights_only=True`` unless the caller passes ``weights_only``.
+    ``torch.load`` runs with ``weights_only=True`` unless the caller passes ``weights_only``;
+    then it also rebuilds what :data:`~accel_core.safe_globals.TORCH_SAFE_GLOBALS` lists (the
+    numpy arrays of RNG states), as Accelerate's ``load`` does.
     """
     if str(f).endswith(".safetensors"):
         from safetensors.torch import load_file
@@ -108,4 +110,9 @@ def load(f: str | os.PathLike[str], map_location: Any = None, **kwargs: Any) -> 
         device = "cpu" if map_location is None else str(map_location)
         return load_file(f, device=device)
     kwargs.setdefault("weights_only", True)
-    return torch.load(f, map_location=map_location, **kwargs)
+    if not kwargs["weights_only"]:
+        return torch.load(f, map_location=map_location, **kwargs)
+    from accel_core.safe_globals import TORCH_SAFE_GLOBALS
+
+    with torch.serialization.safe_globals(TORCH_SAFE_GLOBALS):
+        return torch.load(f, map_location=map_location, **kwargs)

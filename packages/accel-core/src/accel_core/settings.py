@@ -55,16 +55,15 @@ def dataloader_config(
     return config
 
 
-def dynamo_plugin(backend: Any, plugin: TorchDynamoPlugin | None, environment: Any) -> Any:
-    """The torch.compile settings: the plugin, else ``backend``, else the launch environment
-    (``ACCEL_DYNAMO_BACKEND``, ``_MODE``, ``_USE_FULLGRAPH`` and ``_USE_DYNAMIC``)."""
+def dynamo_plugin(backend: Any, plugin: TorchDynamoPlugin | None) -> TorchDynamoPlugin:
+    """The torch.compile settings: the plugin, else one with ``backend``, else one read from the
+    environment (``ACCEL_DYNAMO_*``, else Accelerate's ``ACCELERATE_DYNAMO_*``); fields not given
+    are read from the environment too, as in Accelerate."""
+    if plugin is not None and backend is not None:
+        raise ValueError(
+            "dynamo_plugin and dynamo_backend were both given; pass one of them (the backend is "
+            "TorchDynamoPlugin(backend=...))."
+        )
     if plugin is not None:
         return plugin
-    if backend is not None:
-        return TorchDynamoPlugin(backend=str(getattr(backend, "value", backend) or "no").lower())
-    return TorchDynamoPlugin(
-        backend=environment.dynamo_backend,
-        mode=None if environment.dynamo_mode == "default" else environment.dynamo_mode,
-        fullgraph=environment.dynamo_use_fullgraph,
-        dynamic=environment.dynamo_use_dynamic or None,
-    )
+    return TorchDynamoPlugin(backend=backend)

@@ -7,10 +7,14 @@ world size, device, process group): attributes it does not hold itself are read 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel_core.configuration import TorchDynamoPlugin
 from accel_core.precision import check_mixed_precision
+from accel_ops import DistributedType
+
+if TYPE_CHECKING:
+    from accel_core.parallelism import ParallelismConfigLike
 
 
 class AcceleratorState:
@@ -21,6 +25,11 @@ class AcceleratorState:
         distributed_type: the strategy's ``accel_ops.DistributedType``.
         strategy: the chosen :class:`~accel_core.Strategy` (``None`` before an Accelerator exists).
         dynamo_plugin: the ``torch.compile`` settings.
+        deepspeed_plugins, fsdp_plugin, torch_tp_plugin, megatron_lm_plugin: Accelerate's engine
+            plugins as given to the Accelerator (None when not given); ``deepspeed_plugin`` and
+            ``is_fsdp2`` read them.
+        parallelism_config, device_mesh: the ``ParallelismConfig`` and torch's ``DeviceMesh``
+            built from it (None without one).
         partial: the underlying ``accel_ops.PartialState``; ``num_processes``, ``process_index``,
             ``device``, ``is_main_process``... are read from it.
     """
@@ -32,6 +41,11 @@ class AcceleratorState:
         mixed_precision: str | None = None,
         cpu: bool = False,
         dynamo_plugin: TorchDynamoPlugin | None = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        parallelism_config: ParallelismConfigLike | None = None,
         _from_accelerator: bool = False,
         **kwargs: Any,
     ) -> None:
@@ -50,6 +64,13 @@ class AcceleratorState:
         self.strategy: Any = None
         self.distributed_type = self.partial.distributed_type
         self.use_ipex = False
+        # Accelerate's engine plugins, kept as given: the strategy chosen from them uses them.
+        self.deepspeed_plugins = deepspeed_plugin
+        self.fsdp_plugin = fsdp_plugin
+        self.torch_tp_plugin = torch_tp_plugin
+        self.megatron_lm_plugin = megatron_lm_plugin
+        self.parallelism_config = parallelism_config
+        self.device_mesh: Any = None  # torch's DeviceMesh of parallelism_config, when it has one
 
     def _check_unchanged(self, mixed_precision: str | None) -> None:
         if mixed_precision is None:
@@ -72,6 +93,26 @@ class AcceleratorState:
     def mixed_precision(self) -> str:
         """The mixed-precision mode: ``"no"``, ``"fp16"`` or ``"bf16"``."""
         return self._mixed_precision
+
+    @property
+    def deepspeed_plugin(self) -> Any:
+        """The active DeepSpeed plugin with the DeepSpeed strategy (of a dict of plugins, the one
+        whose ``selected`` is true, else the first), else None."""
+        plugins = self.deepspeed_plugins
+        if self.distributed_type != DistributedType.DEEPSPEED or plugins is None:
+            return None
+        if not isinstance(plugins, dict):
+            return plugins
+        candidates = list(plugins.values())
+        return next((p for p in candidates if getattr(p, "selected", False)), candidates[0])
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """Whether the strategy is FSDP with an FSDP plugin of ``fsdp_version`` 2."""
+        return (
+            self.distributed_type == DistributedType.FSDP
+            and getattr(self.fsdp_plugin, "fsdp_version", None) == 2
+        )
 
     def _set_strategy(self, strategy: Any) -> None:
         """Record the strategy chosen by the Accelerator (after its ``setup_environment``)."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from accel_core.regional_compilation import has_compiled_regions
+
 # Wrappers of other engines, recognised by class name so that accel-core imports none of them.
 _FOREIGN_WRAPPERS = frozenset({"DeepSpeedEngine", "FullyShardedDataParallel", "PipelineEngine"})
 
@@ -49,12 +51,16 @@ def extract_model_from_parallel(
         keep_fp32_wrapper: keep the mixed-precision forward (autocast + fp32 outputs); ``False``
             restores the model's own ``forward``.
         keep_torch_compile: return the compiled module around the unwrapped one; ``False`` returns
-            the original module ``torch.compile`` was given.
+            the original module ``torch.compile`` (or ``compile_regions``) was given.
         recursive: also unwrap wrapped submodules.
     """
     compiled = model if is_compiled_module(model) else None
+    regional = None
     if compiled is not None:
         model = compiled._orig_mod  # type: ignore[assignment]
+    elif "_orig_mod" in vars(model) and has_compiled_regions(model):
+        regional = model  # compile_regions' copy keeps the original under __dict__["_orig_mod"]
+        model = vars(regional)["_orig_mod"]
     while _is_wrapper(model):
         model = model.module  # type: ignore[assignment]
     if recursive:
@@ -69,4 +75,13 @@ def extract_model_from_parallel(
     if compiled is not None and keep_torch_compile:
         compiled._orig_mod = model  # type: ignore[assignment]
         return compiled
+    if regional is not None and keep_torch_compile:
+        # compile_regions copied the wrappers too: return the compiled copy of the model inside
+        # (Accelerate returns the copied DDP wrapper itself).
+        while _is_wrapper(regional):
+            regional = regional.module  # type: ignore[assignment]
+        if not keep_fp32_wrapper:
+            _remove_fp32_wrapper(regional)
+        vars(regional)["_orig_mod"] = model
+        return regional
     return model

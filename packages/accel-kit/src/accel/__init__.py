@@ -38,11 +38,13 @@ _NAMES = {
     "load_checkpoint_and_dispatch": "accel_bigmodel",
     "load_checkpoint_in_model": "accel_bigmodel",
     "infer_auto_device_map": "accel_bigmodel",
-}
-_UNSUPPORTED = {
-    "DeepSpeedPlugin": "the DeepSpeed strategy of accel-backends is not built yet",
-    "FullyShardedDataParallelPlugin": "the FSDP strategy of accel-backends is not built yet",
-    "prepare_pippy": "pipeline inference is out of scope",
+    "prepare_pippy": "accel_bigmodel",  # pipeline inference: out of scope, raises when called
+    # accel-ops
+    "is_rich_available": "accel_ops",
+    # accel-backends
+    "DeepSpeedPlugin": "accel_backends",
+    "FullyShardedDataParallelPlugin": "accel_backends",
+    "ParallelismConfig": "accel_backends",
 }
 
-__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES)

@@ -2,16 +2,11 @@
 
 from accel._lazy import export_table
 
-_USE_ACCELERATOR = (
-    "accel has no such function: call Accelerator.save_state / Accelerator.load_state, which "
-    "write and read the same files"
-)
-_NAMES = {}
-_UNSUPPORTED = {
-    "save_accelerator_state": _USE_ACCELERATOR,
-    "load_accelerator_state": _USE_ACCELERATOR,
-    "save_custom_state": _USE_ACCELERATOR,
-    "load_custom_state": _USE_ACCELERATOR,
+_NAMES = {
+    "save_accelerator_state": "accel_core.checkpointing.state_functions",
+    "load_accelerator_state": "accel_core.checkpointing.state_functions",
+    "save_custom_state": "accel_core.checkpointing.state_functions",
+    "load_custom_state": "accel_core.checkpointing.state_functions",
 }
 
-__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES)

@@ -12,6 +12,9 @@ _NAMES = {
     "SeedableRandomSampler": "accel_core",
     "SkipBatchSampler": "accel_core",
     "SkipDataLoader": "accel_core",
+    "DataLoaderAdapter": "accel_core.data_loader.adapter",
+    "DataLoaderStateMixin": "accel_core.data_loader",
+    "get_sampler": "accel_core.data_loader",
 }
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES)

@@ -64,6 +64,19 @@ class DataLoaderStateMixin:
         """Finish an iteration: unregister the loader from ``GradientState``."""
         self.gradient_state._remove_dataloader(self)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickled without the process-wide GradientState (the unpickled loader joins the one of
+        # the process that loads it) and without a live iterator (worker processes, pipes).
+        state = {k: v for k, v in self.__dict__.items() if k != "gradient_state"}
+        if "_iterator" in state:
+            state["_iterator"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        # Straight into __dict__: DataLoader refuses to set some attributes after __init__.
+        self.__dict__.update(state)
+        self.__dict__["gradient_state"] = GradientState()
+
     @property
     def total_batch_size(self) -> int:
         """Samples per step, all processes together."""

@@ -70,6 +70,14 @@ def _load(target: str) -> Any:
     return getattr(importlib.import_module(module), attribute)
 
 
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, or ``None``."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def get_strategy_factory(name: str) -> Callable[..., Strategy]:
     """The factory registered under ``name`` (case-insensitive; aliases like ``multi_gpu`` work).
 
@@ -85,6 +93,13 @@ def get_strategy_factory(name: str) -> Callable[..., Strategy]:
         return _load(_BUILT_IN[key])
     known = ", ".join(repr(n) for n in available_strategies())
     if key in _PROVIDERS:
+        provider = _PROVIDERS[key].split("[")[0]
+        installed = installed_version(provider)
+        if installed is not None:
+            raise UnknownStrategyError(
+                f"strategy {name!r}: {provider} {installed} is installed but does not provide "
+                f"the {name} strategy yet. Installed strategies: {known}."
+            )
         raise UnknownStrategyError(
             f"strategy {name!r} is not installed. Install it with "
             f"`pip install {_PROVIDERS[key]}`. Installed strategies: {known}."

@@ -4,8 +4,10 @@
   abilities ``SupportsResume`` and ``SupportsFailure``;
 - :mod:`~accel_core.tracking.registry` -- names to classes (``register_tracker_class``, the
   ``accel.trackers`` entry points, ``log_with`` checking);
-- one module per built-in tracker: TensorBoard, W&B, MLflow, Aim, Comet, Trackio and the
-  dependency-free JSON-lines tracker; each imports its backend only when it starts;
+- one module per built-in tracker: TensorBoard, W&B, MLflow, Aim, Comet, Trackio, ClearML,
+  DVCLive, SwanLab and the dependency-free JSON-lines tracker; each imports its backend only when
+  it starts;
+- :mod:`~accel_core.tracking.class_table` -- ``LOGGER_TYPE_TO_CLASS``, a live view of the registry;
 - :mod:`~accel_core.tracking.mixin` -- ``TrackingMixin``, the ``Accelerator`` methods.
 
 Names are imported from their modules on first use.
@@ -27,11 +29,16 @@ _EXPORTS = {
     "filter_trackers": "registry",
     "get_available_trackers": "registry",
     "known_trackers": "registry",
+    "is_registered": "registry",
     "register_tracker_class": "registry",
     "unregister_tracker_class": "registry",
     "TrackerStartError": "session",
+    "LOGGER_TYPE_TO_CLASS": "class_table",
     "AimTracker": "aim_tracker",
+    "ClearMLTracker": "clearml_tracker",
     "CometMLTracker": "comet_tracker",
+    "DVCLiveTracker": "dvclive_tracker",
+    "SwanLabTracker": "swanlab_tracker",
     "JSONLinesTracker": "jsonl_tracker",
     "MLflowTracker": "mlflow_tracker",
     "TensorBoardTracker": "tensorboard_tracker",

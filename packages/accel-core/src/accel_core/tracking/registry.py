@@ -68,11 +68,17 @@ _BUILT_IN: dict[str, BuiltInTracker] = {
     LoggerType.TRACKIO.value: BuiltInTracker(
         "accel_core.tracking.trackio_tracker:TrackioTracker", ("trackio",), "trackio"
     ),
+    LoggerType.CLEARML.value: BuiltInTracker(
+        "accel_core.tracking.clearml_tracker:ClearMLTracker", ("clearml",), "clearml"
+    ),
+    LoggerType.DVCLIVE.value: BuiltInTracker(
+        "accel_core.tracking.dvclive_tracker:DVCLiveTracker", ("dvclive",), "dvclive"
+    ),
+    LoggerType.SWANLAB.value: BuiltInTracker(
+        "accel_core.tracking.swanlab_tracker:SwanLabTracker", ("swanlab",), "swanlab"
+    ),
     JSONL: BuiltInTracker("accel_core.tracking.jsonl_tracker:JSONLinesTracker", (), None),
 }
-
-# LoggerType members that Accelerate supports and accel-core does not ship.
-_NOT_SHIPPED = (LoggerType.CLEARML.value, LoggerType.DVCLIVE.value, LoggerType.SWANLAB.value)
 
 _registered: dict[str, type[GeneralTracker]] = {}
 
@@ -88,20 +94,22 @@ class TrackerNotInstalledError(ImportError):
     """A known tracker whose backend package is not installed."""
 
 
-def register_tracker_class(tracker_class: type[GeneralTracker]) -> None:
+def register_tracker_class(tracker_class: type[GeneralTracker], name: str | None = None) -> None:
     """Make ``tracker_class`` usable by its ``name`` in ``log_with`` and ``init_kwargs``.
 
     Register it before creating the ``Accelerator`` that names it. The class is built as
     ``tracker_class(project_name, **init_kwargs[name])``, with the logging directory as second
     positional argument when ``requires_logging_directory`` is true. Registering a name again, a
-    built-in one included, replaces the earlier class (with a warning).
+    built-in one included, replaces the earlier class (with a warning). ``name`` registers the
+    class under another name than its own (``LOGGER_TYPE_TO_CLASS[name] = cls`` does that).
     """
     if not (isinstance(tracker_class, type) and issubclass(tracker_class, GeneralTracker)):
         raise TypeError(
             f"register_tracker_class expects a subclass of accel_core.tracking.GeneralTracker, "
             f"got {tracker_class!r}"
         )
-    name = getattr(tracker_class, "name", None)
+    if name is None:
+        name = getattr(tracker_class, "name", None)
     if not isinstance(name, str) or not name:
         raise ValueError(
             f"{tracker_class.__name__} needs a non-empty `name` class attribute (the name used in "
@@ -124,6 +132,11 @@ def register_tracker_class(tracker_class: type[GeneralTracker]) -> None:
 def unregister_tracker_class(name: str) -> None:
     """Forget a class registered with :func:`register_tracker_class` (tests, plugins)."""
     _registered.pop(name.lower(), None)
+
+
+def is_registered(name: str) -> bool:
+    """Whether a class was registered under ``name`` in this process."""
+    return name.lower() in _registered
 
 
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
@@ -177,23 +190,19 @@ def _entry(name: str) -> LoggerType | str:
 
 def _unknown(value: object) -> UnknownTrackerError:
     known = ", ".join(repr(name) for name in known_trackers())
-    if str(value).lower() in _NOT_SHIPPED:
-        return UnknownTrackerError(
-            f"log_with={value!r}: accel-core does not ship a {value} tracker. Known trackers: "
-            f"{known}, or 'all'. Write one as a GeneralTracker subclass and pass an instance or "
-            "register it with accel_core.tracking.register_tracker_class."
-        )
     return UnknownTrackerError(
         f"log_with={value!r} is not a known tracker. Known trackers: {known}, or 'all' (every "
         "installed one); or pass a GeneralTracker instance."
     )
 
 
-def tracker_class(name: str) -> type[GeneralTracker]:
-    """The class of tracker ``name``; raises when unknown or when its backend is missing.
+def tracker_class(name: str, installed_only: bool = True) -> type[GeneralTracker]:
+    """The class of tracker ``name``; raises when unknown or (``installed_only``) when its
+    backend is missing.
 
     :class:`UnknownTrackerError` lists the known names; :class:`TrackerNotInstalledError` gives
-    the ``pip install`` line.
+    the ``pip install`` line. A built-in class is importable without its backend, which it
+    imports only when it starts.
     """
     key = name.lower()
     if key in _registered:
@@ -211,7 +220,7 @@ def tracker_class(name: str) -> type[GeneralTracker]:
     built_in = _BUILT_IN.get(key)
     if built_in is None:
         raise _unknown(name)
-    if not is_installed(key):
+    if installed_only and not is_installed(key):
         raise TrackerNotInstalledError(
             f"the {name} tracker needs {' or '.join(built_in.modules)}, which is not installed. "
             f'Install it with `{built_in.pip_line}` (or `pip install "accel-core[trackers]"` '
@@ -225,11 +234,7 @@ def tracker_class(name: str) -> type[GeneralTracker]:
 def requires_logging_directory(name: str) -> bool:
     """Whether tracker ``name`` is built with a logging directory (its class is imported; the
     backend is not)."""
-    key = name.lower()
-    if key in _BUILT_IN and key not in _registered and key not in _entry_points():
-        module, _, attribute = _BUILT_IN[key].target.partition(":")
-        return bool(getattr(importlib.import_module(module), attribute).requires_logging_directory)
-    return bool(tracker_class(key).requires_logging_directory)
+    return bool(tracker_class(name, installed_only=False).requires_logging_directory)
 
 
 def filter_trackers(
