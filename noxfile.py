@@ -6,8 +6,8 @@ on local disk; any other version would download gigabytes). Packages are discove
 ``tests-<package>`` session proves that the package installs and passes its tests with only what it
 declares.
 
-Default sessions (what CI runs): every ``tests-<package>``, ``integration``, ``stress``,
-``profiles``, ``lint`` and ``docs``. On demand: ``bench`` and ``demo``.
+Default sessions (what CI runs): every ``tests-<package>``, ``integration``, ``conformance``,
+``stress``, ``profiles``, ``lint`` and ``docs``. On demand: ``bench`` and ``demo``.
 """
 
 from __future__ import annotations
@@ -102,12 +102,26 @@ def integration(session: nox.Session) -> None:
     """Everything installed together; runs the tests that cross packages and processes.
 
     A separate venv with Hugging Face Accelerate (torch + accelerate only) lets
-    ``test_accelerate_checkpoints.py`` move checkpoints between the two libraries.
+    ``test_accelerate_checkpoints.py`` move checkpoints between the two libraries, and
+    ``test_accelerate_names.py`` list Accelerate's public names.
     """
     session.install(*TEST_TOOLS)
     _install_local(session, list(LOCAL), extras="test")
     env = {"ACCEL_TEST_HF_PYTHON": _accelerate_python(session, with_transformers=False)}
-    _pytest(session, "integration-tests", "--ignore=integration-tests/stress", env=env)
+    ignored = ["--ignore=integration-tests/stress", "--ignore=integration-tests/conformance"]
+    _pytest(session, "integration-tests", *ignored, env=env)
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """Accelerate 1.15's own distributed check scripts (``accelerate/test_utils/scripts/``), copied
+    out of its wheel at run time with imports rewritten to accel, on 2 and 3 CPU processes through
+    ``accel launch``. Accelerate goes into its own venv, only so its files can be read: this
+    session's venv doesn't have it, so our processes can't import it."""
+    session.install(*TEST_TOOLS)
+    _install_local(session, list(LOCAL))
+    env = {"ACCEL_TEST_HF_PYTHON": _accelerate_python(session, with_transformers=False)}
+    _pytest(session, "integration-tests/conformance", env=env)
 
 
 @nox.session

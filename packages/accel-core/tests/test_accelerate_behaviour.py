@@ -481,3 +481,15 @@ def test_deep_copy_of_the_accelerator_is_itself():
     copied = copy.deepcopy(holder)
     assert copied["accelerator"] is accelerator  # Accelerate 1.15: the same object
     assert copied["weights"] is not holder["weights"]
+
+
+def test_a_reset_state_is_named_in_accelerate_words():
+    accelerator = Accelerator()
+    model = torch.nn.Linear(2, 2)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    # Accelerate 1.15's test_script.py matches these two phrases after _reset_state().
+    with pytest.raises(AttributeError) as error:
+        accelerator.prepare(model)
+    message = str(error.value)
+    assert "`AcceleratorState` object has no attribute" in message
+    assert "This happens if `AcceleratorState._reset_state()`" in message

@@ -11,7 +11,7 @@ import copy
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import Any
+from typing import Any, Literal
 
 from accel_core.configuration import DDPCommunicationHookType
 
@@ -107,6 +107,10 @@ class InitProcessGroupKwargs(KwargsHandler):
                 f"InitProcessGroupKwargs(timeout={self.timeout!r}) must be a datetime.timedelta, "
                 "for example timedelta(seconds=600)."
             )
+
+
+# The activity names ``ProfileKwargs(activities=...)`` takes, as Accelerate types them.
+ProfilerActivity = Literal["cpu", "xpu", "mtia", "cuda", "hpu"]
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from accel_core.configuration import TorchDynamoPlugin
 from accel_core.precision import check_mixed_precision
-from accel_ops import DistributedType
+from accel_ops import DistributedType, PartialState
 
 if TYPE_CHECKING:
     from accel_core.parallelism import ParallelismConfigLike
@@ -53,7 +53,6 @@ class AcceleratorState:
         if self.initialized:
             self._check_unchanged(mixed_precision)
             return
-        from accel_ops import PartialState
 
         # PartialState reads the launch environment (ACCEL_USE_CPU included) once for the process
         self.partial = PartialState(cpu=cpu, **kwargs)
@@ -114,6 +113,16 @@ class AcceleratorState:
             and getattr(self.fsdp_plugin, "fsdp_version", None) == 2
         )
 
+    def destroy_process_group(self, group: Any = None) -> None:
+        """Destroy ``group`` (default: the default group), through the process state: works
+        after ``_reset_state()`` too, as Accelerate's does."""
+        PartialState().destroy_process_group(group)
+
+    @property
+    def fork_launched(self) -> bool:
+        """Whether the processes were forked by ``notebook_launcher``."""
+        return PartialState().fork_launched
+
     def _set_strategy(self, strategy: Any) -> None:
         """Record the strategy chosen by the Accelerator (after its ``setup_environment``)."""
         self.strategy = strategy
@@ -127,7 +136,10 @@ class AcceleratorState:
         partial = self._shared_state.get("partial")
         if partial is None:
             raise AttributeError(
-                f"AcceleratorState has no attribute {name!r} yet: create an Accelerator first."
+                f"`AcceleratorState` object has no attribute `{name}`. This happens if "
+                "`AcceleratorState._reset_state()` was called and an `Accelerator` or "
+                "`PartialState` was not reinitialized, or before the first Accelerator: create "
+                "an Accelerator first."
             )
         return getattr(partial, name)
 

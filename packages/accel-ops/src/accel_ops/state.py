@@ -104,8 +104,9 @@ class PartialState:
         # was made.
         if name in _NEEDS_INIT:
             raise AttributeError(
-                f"PartialState has no attribute {name!r} because the state was reset "
-                "(PartialState._reset_state()). Create it again with PartialState()."
+                f"`PartialState` object has no attribute `{name}`. This happens if "
+                "`PartialState._reset_state()` was called and an `Accelerator` or `PartialState` "
+                "was not reinitialized: create it again with PartialState()."
             )
         raise AttributeError(f"'PartialState' object has no attribute {name!r}")
 

@@ -51,6 +51,12 @@ _NAMES = {
     "parse_llama_config": "accel_backends",
     "parse_t5_config": "accel_backends",
     "parse_glm4_moe_config": "accel_backends",
+    # Type aliases (typing.Literal) of the FP8 recipes and the profiler.
+    "Backend": "accel_core.fp8_recipes",
+    "OptLevel": "accel_core.fp8_recipes",
+    "FP8Format": "accel_core.fp8_recipes",
+    "AmaxComputeAlgorithm": "accel_core.fp8_recipes",
+    "ProfilerActivity": "accel_core.kwargs_handlers",
 }
 
 __getattr__, __dir__, __all__ = export_table(__name__, _NAMES)
