@@ -111,3 +111,48 @@ def test_header_entries_match_safetensors_own_reader(tmp_path):
         assert entries[key].shape == tuple(value.shape) and entries[key].dtype == value.dtype
         assert entries[key].start - 8 - header_length == raw[key]["data_offsets"][0]
     shutil.rmtree(folder)
+
+
+def _optimizer_setup(seed: int):
+    accelerator = Accelerator()
+    model = _model(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    model(torch.randn(5, 3)).square().mean().backward()
+    optimizer.step()
+    return accelerator, model, optimizer
+
+
+def _optimizer_tensors(optimizer) -> dict:
+    return {
+        (index, key): value
+        for index, entries in optimizer.state_dict()["state"].items()
+        for key, value in entries.items()
+        if isinstance(value, torch.Tensor)
+    }
+
+
+def test_a_reload_in_process_fills_the_optimizers_own_tensors_and_keeps_no_file_mapping(
+    tmp_path,
+):
+    accelerator, model, optimizer = _optimizer_setup(0)
+    folder = Path(accelerator.save_state(tmp_path / "ckpt"))
+    saved = {key: value.clone() for key, value in _optimizer_tensors(optimizer).items()}
+    model(torch.randn(5, 3)).square().mean().backward()
+    optimizer.step()  # the state moves on; the reload must bring back the saved values
+    live = _optimizer_tensors(optimizer)
+    accelerator.load_state(folder)
+    after = _optimizer_tensors(optimizer)
+    assert set(after) == set(saved)
+    for key, value in saved.items():
+        assert torch.equal(after[key], value), key
+        if live[key].dim() > 0:
+            assert after[key] is live[key], f"{key}: a new tensor instead of the optimizer's own"
+    # Nothing may still read the file: overwrite it and the state must not change.
+    path = folder / "optimizer.bin"
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.write(bytes(size))
+    for key, value in saved.items():
+        assert torch.equal(_optimizer_tensors(optimizer)[key], value), key
+    optimizer.step()  # and it trains on

@@ -176,10 +176,11 @@ class CheckpointReader:
                 f"({error})."
             ) from None
 
-    def read_object(self, name: str, map_location: Any = "cpu") -> Any:
-        """A ``torch.save`` file, through ``torch.load(weights_only=True)`` and the allow-list."""
+    def read_object(self, name: str, map_location: Any = "cpu", mmap: bool = False) -> Any:
+        """A ``torch.save`` file, through ``torch.load(weights_only=True)`` and the allow-list
+        (``mmap=True``: its tensors mapped from the file, see :func:`safe_load.load_object`)."""
         self.verify(name)
-        return safe_load.load_object(self.path(name), map_location, self.weights_only)
+        return safe_load.load_object(self.path(name), map_location, self.weights_only, mmap=mmap)
 
 
 def fsync_folder(folder: Path) -> None:

@@ -174,13 +174,52 @@ def load_all(
     optimizer_states = []
     for index, optimizer in enumerate(optimizers):
         file = names.optimizer_file(index)
-        state = reader.read_object(file, device)
+        # An optimizer that has state already (a reload in the same process) takes the saved
+        # values into its own tensors: mapped from the file, copied once, nothing allocated.
+        mapped = device == "cpu" and bool(optimizer.state_dict()["state"])
+        state = _read_optimizer_state(reader, file, device, mapped)
         check_optimizer_state(str(reader.path(file)), state, optimizer)
-        optimizer_states.append(state)
+        optimizer_states.append((state, mapped))
     for model, found, state in zip(models, weights, checked, strict=True):
         found.load_into(extract_model_from_parallel(model), state)
-    for optimizer, state in zip(optimizers, optimizer_states, strict=True):
+    for optimizer, (state, mapped) in zip(optimizers, optimizer_states, strict=True):
+        if mapped:
+            state = into_live_tensors(state, optimizer)
         optimizer.load_state_dict(state)
+
+
+def _read_optimizer_state(reader: CheckpointReader, file: str, device: str, mapped: bool) -> Any:
+    if mapped:
+        try:
+            return reader.read_object(file, device, mmap=True)
+        except CheckpointError:
+            pass  # a file torch can't map (the legacy format): read it
+    return reader.read_object(file, device)
+
+
+def into_live_tensors(state: dict[str, Any], optimizer: Any) -> dict[str, Any]:
+    """``state`` (its tensors mapped from the file) with each tensor copied into the tensor the
+    optimizer holds for the same parameter and key, where shape and dtype match, and copied into
+    new memory elsewhere: no tensor of the result refers to the file."""
+    live = optimizer.state_dict()["state"]
+    taken: dict[Any, dict[str, Any]] = {}
+    with torch.no_grad():
+        for index, entries in state["state"].items():
+            current = live.get(index, {})
+            taken[index] = {}
+            for key, value in entries.items():
+                target = current.get(key)
+                if not isinstance(value, torch.Tensor):
+                    taken[index][key] = value
+                elif (
+                    isinstance(target, torch.Tensor)
+                    and target.shape == value.shape
+                    and target.dtype == value.dtype
+                ):
+                    taken[index][key] = target.copy_(value)
+                else:
+                    taken[index][key] = value.clone()
+    return {**state, "state": taken}
 
 
 def _few(keys: list[str]) -> str:

@@ -34,20 +34,26 @@ def _numpy_globals() -> list[Any]:
 
 
 def load_object(
-    path: Path, map_location: Any = "cpu", weights_only: bool = True, what: str = "checkpoint file"
+    path: Path,
+    map_location: Any = "cpu",
+    weights_only: bool = True,
+    what: str = "checkpoint file",
+    mmap: bool = False,
 ) -> Any:
     """``torch.load`` of ``path`` with the allow-list; an error names the file and the way out.
 
     ``weights_only=False`` (the caller's explicit choice through ``load_kwargs``) unpickles
-    anything: only for files you trust.
+    anything: only for files you trust. ``mmap=True`` maps the tensors from the file instead of
+    reading them (the caller copies them out before the file can change).
     """
     if not path.is_file():
         raise CheckpointError(f"{what} {path} is missing.")
     try:
+        extra = {"mmap": True} if mmap else {}
         if not weights_only:
-            return torch.load(path, map_location=map_location, weights_only=False)
+            return torch.load(path, map_location=map_location, weights_only=False, **extra)
         with torch.serialization.safe_globals(_numpy_globals()):
-            return torch.load(path, map_location=map_location, weights_only=True)
+            return torch.load(path, map_location=map_location, weights_only=True, **extra)
     except pickle.UnpicklingError as error:
         raise CheckpointError(
             f"{what} {path} holds an object that loading with weights_only=True refuses "
