@@ -15,10 +15,13 @@ training loop waits for the slowest rank). Implementations named together are in
 by repeat, alternating which goes first, so they see the same machine load. Each save goes into a
 fresh folder under FOLDER, removed after the call outside the timed region; the first call of each
 measurement is a warm-up and not counted. The loads read the checkpoint the last save of the same
-implementation wrote (from the page cache). accel also times ``save_state(async_save=True)``: the
-call's return ("blocked") and the time until ``wait_for_checkpoint()`` returns ("total").
+implementation wrote (from the page cache), into the objects that saved it ("load", a reload in
+the same process: the optimizer has state) and into newly built ones ("fresh_load", the first
+load of a resumed run: the optimizer has none; building them is not timed). accel also times
+``save_state(async_save=True)``: the call's return ("blocked") and the time until
+``wait_for_checkpoint()`` returns ("total").
 
-Rank 0 prints one JSON object: {impl: {"save": s, "load": s[, "async_blocked": s,
+Rank 0 prints one JSON object: {impl: {"save": s, "load": s, "fresh_load": s[, "async_blocked": s,
 "async_total": s]}} with medians, plus "bytes": the size of accel's checkpoint folder and
 "runs": every timed value.
 """
@@ -65,6 +68,11 @@ class Impl:
     def load(self, folder: Path) -> None:
         raise NotImplementedError
 
+    def fresh(self) -> Callable[[Path], None]:
+        """A load into newly built objects (an optimizer without state), as the first load of a
+        resumed run is; building them is not timed."""
+        raise NotImplementedError
+
 
 class Library(Impl):
     def __init__(self, accelerator_class: type) -> None:
@@ -83,6 +91,13 @@ class Library(Impl):
 
     def load(self, folder: Path) -> None:
         self.accelerator.load_state(str(folder))
+
+    def fresh(self) -> Callable[[Path], None]:
+        self.built = None
+        accelerator = type(self.accelerator)()
+        model, make_optimizer = build()
+        self.built = accelerator.prepare(model, make_optimizer(model))
+        return lambda folder: accelerator.load_state(str(folder))
 
     def async_save(self, folder: Path) -> float:
         """Seconds until ``save_state(async_save=True)`` returned; then waits for the write."""
@@ -114,6 +129,20 @@ class Raw(Impl):
         self.model.load_state_dict(torch.load(folder / "model.pt", map_location="cpu"))
         self.optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu"))
         dist.barrier()
+
+    def fresh(self) -> Callable[[Path], None]:
+        self.built = None
+        model, make_optimizer = build()
+        model = torch.nn.parallel.DistributedDataParallel(model)
+        optimizer = make_optimizer(model)
+        self.built = (model, optimizer)
+
+        def load(folder: Path) -> None:
+            model.load_state_dict(torch.load(folder / "model.pt", map_location="cpu"))
+            optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu"))
+            dist.barrier()
+
+        return load
 
 
 def make(impl: str) -> Impl:
@@ -177,6 +206,10 @@ def main() -> None:
     for index in range(repeats + 1):
         for impl in impls if index % 2 == 0 else impls[::-1]:
             record(impl, "load", index, timed(functools.partial(runners[impl].load, kept[impl])))
+    for index in range(repeats + 1):
+        for impl in impls if index % 2 == 0 else impls[::-1]:
+            load = runners[impl].fresh()
+            record(impl, "fresh_load", index, timed(functools.partial(load, kept[impl])))
     result: dict = {}
     if "accel" in impls:
         result["bytes"] = folder_bytes(kept["accel"])
