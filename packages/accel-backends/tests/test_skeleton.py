@@ -4,7 +4,7 @@ import accel_backends
 
 
 def test_installs_with_its_declared_version():
-    assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == "0.1.1"
+    assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == "0.2.0"
 
 
 def test_registers_no_strategy_yet():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.1.1"
+__version__ = "0.2.0"
 
 #: Strategies this package registers in the ``accel.strategies`` entry-point group (none yet).
 PROVIDED_STRATEGIES: tuple[str, ...] = ()

@@ -196,6 +196,11 @@ def _unknown(value: object) -> UnknownTrackerError:
     )
 
 
+# The backends the ``trackers`` extra installs (pyproject.toml); ClearML, DVCLive and SwanLab have
+# an extra each but are not in it.
+_IN_TRACKERS_EXTRA = {"tensorboard", "mlflow", "wandb", "aim", "comet", "trackio"}
+
+
 def tracker_class(name: str, installed_only: bool = True) -> type[GeneralTracker]:
     """The class of tracker ``name``; raises when unknown or (``installed_only``) when its
     backend is missing.
@@ -223,8 +228,12 @@ def tracker_class(name: str, installed_only: bool = True) -> type[GeneralTracker
     if installed_only and not is_installed(key):
         raise TrackerNotInstalledError(
             f"the {name} tracker needs {' or '.join(built_in.modules)}, which is not installed. "
-            f'Install it with `{built_in.pip_line}` (or `pip install "accel-core[trackers]"` '
-            "for every tracker)."
+            f"Install it with `{built_in.pip_line}`"
+            + (
+                ' (or `pip install "accel-core[trackers]"` for the common trackers).'
+                if built_in.extra in _IN_TRACKERS_EXTRA
+                else "."
+            )
         )
     module, _, attribute = built_in.target.partition(":")
     loaded_class: type[GeneralTracker] = getattr(importlib.import_module(module), attribute)
