@@ -4,29 +4,9 @@
 ``accel.utils.operations``, ...), the way ``accelerate.utils`` re-exports its submodules' names.
 """
 
+import importlib
+
 from accel._lazy import export_table
-from accel.utils import (
-    ao,
-    bnb,
-    constants,
-    dataclasses,
-    deepspeed,
-    environment,
-    fsdp_utils,
-    imports,
-    launch,
-    megatron_lm,
-    memory,
-    modeling,
-    offload,
-    operations,
-    other,
-    random,
-    torch_xla,
-    transformer_engine,
-    versions,
-)
-from accel.utils import tqdm as _tqdm_module
 
 _NAMES = {
     "gather": "accel_ops",
@@ -163,28 +143,13 @@ _NAMES = {
     "is_port_in_use": "accel_ops",
     "ParallelismConfig": "accel_backends",
 }
-_SUBMODULES = (
-    ao,
-    bnb,
-    constants,
-    dataclasses,
-    deepspeed,
-    environment,
-    fsdp_utils,
-    imports,
-    launch,
-    megatron_lm,
-    memory,
-    modeling,
-    offload,
-    operations,
-    other,
-    random,
-    torch_xla,
-    _tqdm_module,
-    transformer_engine,
-    versions,
-)
+# Accelerate's utils submodules: each is a table of its own, merged into this one.
+_SUBMODULE_NAMES = (
+    "ao", "bnb", "constants", "dataclasses", "deepspeed", "environment", "fsdp_utils", "imports",
+    "launch", "megatron_lm", "memory", "modeling", "offload", "operations", "other", "random",
+    "torch_xla", "tqdm", "transformer_engine", "versions",
+)  # fmt: skip
+_SUBMODULES = [importlib.import_module(f"{__name__}.{name}") for name in _SUBMODULE_NAMES]
 for _submodule in _SUBMODULES:
     _NAMES.update(_submodule._NAMES)
 # Importing the submodule bound ``accel.utils.tqdm`` to it; the name is the progress bar, as in
