@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from accel_backends import DeepSpeedPlugin, HfDeepSpeedConfig, StrategyNotBuiltError
+from accel_backends.deepspeed_sources import DeepSpeedConfigConflict
 from accel_core.out_of_scope import OutOfScopeError
 
 FILE_CONFIG = {
@@ -96,7 +97,11 @@ def test_launch_environment_wins_over_accelerates_variables(monkeypatch: pytest.
     assert plugin.offload_optimizer_device == "cpu"
     assert plugin.offload_param_device == "nvme"  # not in ours: Accelerate's is read
     assert plugin.zero3_save_16bit_model is True
-    assert DeepSpeedPlugin(zero_stage=0).zero_stage == 0  # an argument beats both
+    # Beyond Accelerate (where the argument silently wins): an argument that disagrees with the
+    # launch is an error naming both (tests/test_deepspeed_resolution.py).
+    with pytest.raises(DeepSpeedConfigConflict, match=r"0 from DeepSpeedPlugin\(zero_stage=0\)"):
+        DeepSpeedPlugin(zero_stage=0)
+    assert DeepSpeedPlugin(zero_stage=1).zero_stage == 1  # the same value is fine
 
 
 def test_another_strategys_launch_config_is_not_read(monkeypatch: pytest.MonkeyPatch):
@@ -157,20 +162,25 @@ def test_config_without_zero_section_is_refused():
         DeepSpeedPlugin(hf_ds_config={"train_batch_size": 8})
 
 
-def test_launch_values_a_config_file_replaces_are_refused(
+def test_launch_values_next_to_a_config_file_must_agree_with_it(
     monkeypatch: pytest.MonkeyPatch, config_file: Path
 ):
+    # Accelerate 1.15 refuses any launch key next to a config file, even an equal one; accel
+    # compares values: equal is fine, an "auto" of the file is filled, different is one error.
     monkeypatch.setenv("ACCELERATE_CONFIG_DS_FIELDS", "deepspeed_config_file,zero_stage")
-    with pytest.raises(ValueError, match=r"would be ignored: \['zero_stage'\]"):
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "3")
+    assert DeepSpeedPlugin(hf_ds_config=str(config_file)).zero_stage == 3
+    monkeypatch.setenv("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2")
+    with pytest.raises(DeepSpeedConfigConflict, match="ACCELERATE_DEEPSPEED_ZERO_STAGE"):
         DeepSpeedPlugin(hf_ds_config=str(config_file))
-    monkeypatch.delenv("ACCELERATE_CONFIG_DS_FIELDS")
+    monkeypatch.delenv("ACCELERATE_DEEPSPEED_ZERO_STAGE")
     monkeypatch.setenv("ACCEL_STRATEGY", "deepspeed")
     monkeypatch.setenv(
         "ACCEL_STRATEGY_CONFIG",
-        json.dumps({"deepspeed_config_file": str(config_file), "gradient_clipping": 1.0}),
+        json.dumps({"deepspeed_config_file": str(config_file), "gradient_clipping": 0.5}),
     )
-    with pytest.raises(ValueError, match=r"would be ignored: \['gradient_clipping'\]"):
-        DeepSpeedPlugin()
+    plugin = DeepSpeedPlugin()
+    assert plugin.deepspeed_config["gradient_clipping"] == 0.5  # fills the file's "auto"
 
 
 def test_deepspeed_config_process_fills_auto_and_lists_mismatches():

@@ -12,6 +12,7 @@ import logging
 import torch
 
 from accel_backends.deepspeed_config import DeepSpeedConfigDict, HfDeepSpeedConfig
+from accel_backends.deepspeed_sources import ResolvedDeepSpeedConfig
 
 logger = logging.getLogger(__name__)
 
@@ -21,6 +22,7 @@ class DeepSpeedConfigFilling:
 
     hf_ds_config: HfDeepSpeedConfig
     deepspeed_config: DeepSpeedConfigDict
+    resolved_config: ResolvedDeepSpeedConfig
 
     def fill_match(
         self,
@@ -46,6 +48,7 @@ class DeepSpeedConfigFilling:
                     "kwargs."
                 )
             node[key] = kwargs[ds_key_long]
+            self.resolved_config.note_filled(ds_key_long, node[key])  # type: ignore[arg-type]
             return
         if not must_match:
             return
@@ -126,6 +129,8 @@ class DeepSpeedConfigFilling:
         }
         self.fill_match("fp16.enabled", must_match=False, **wanted)
         self.fill_match("bf16.enabled", must_match=False, **wanted)
+        for dtype in ("fp16", "bf16"):
+            self.resolved_config.note_filled(f"{dtype}.enabled", config[dtype].get("enabled"))
         if (
             mixed_precision == "bf16"
             and torch.version.hip is not None

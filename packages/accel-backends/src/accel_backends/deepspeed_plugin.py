@@ -5,6 +5,11 @@ yet) turns it into an engine. Unset fields are read from the launch environment,
 Accelerate's variables (:mod:`accel_backends.launch_settings`), then take Accelerate's defaults.
 Values DeepSpeed needs from the prepared objects (batch sizes, optimizer and scheduler parameters)
 stay ``"auto"`` in :attr:`DeepSpeedPlugin.deepspeed_config` until the strategy fills them.
+
+Beyond Accelerate: every value keeps its source (:attr:`DeepSpeedPlugin.resolved_config`,
+:meth:`DeepSpeedPlugin.describe`), and a value given twice with different values (an argument, the
+DeepSpeed config file, the launch) is one ``DeepSpeedConfigConflict`` naming both, raised here,
+before any process group exists (:mod:`accel_backends.deepspeed_resolution`).
 """
 
 from __future__ import annotations
@@ -20,35 +25,29 @@ import torch
 
 from accel_backends.deepspeed_config import DeepSpeedConfigDict, HfDeepSpeedConfig
 from accel_backends.deepspeed_config_filling import DeepSpeedConfigFilling
+from accel_backends.deepspeed_resolution import (
+    PLUGIN_TO_CONFIG,
+    config_label,
+    launch_values,
+    plugin_arguments,
+    resolve_deepspeed_config,
+)
+from accel_backends.deepspeed_sources import Sourced
 from accel_backends.errors import require_engine, strategy_not_built
 from accel_backends.launch_settings import LaunchSettings, as_bool, as_float, as_int, as_str
 from accel_core.module_inspection import get_module_class_from_name
 from accel_core.out_of_scope import out_of_scope
 
-# Plugin field -> its dotted key in the DeepSpeed configuration.
-PLUGIN_TO_CONFIG = {
-    "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "gradient_clipping": "gradient_clipping",
-    "zero_stage": "zero_optimization.stage",
-    "offload_optimizer_device": "zero_optimization.offload_optimizer.device",
-    "offload_param_device": "zero_optimization.offload_param.device",
-    "offload_param_nvme_path": "zero_optimization.offload_param.nvme_path",
-    "offload_optimizer_nvme_path": "zero_optimization.offload_optimizer.nvme_path",
-    "zero3_save_16bit_model": "zero_optimization.stage3_gather_16bit_weights_on_model_save",
+# Defaults that fill a config file's "auto" where nothing else gives a value (Accelerate's).
+_DEFAULTS_FOR_AUTO = {
+    PLUGIN_TO_CONFIG[field]: Sourced(value, f"default (DeepSpeedPlugin {field}={value!r})")
+    for field, value in (
+        ("zero_stage", 2),
+        ("offload_optimizer_device", "none"),
+        ("offload_param_device", "none"),
+        ("zero3_save_16bit_model", False),
+    )
 }
-
-# Launch keys that a DeepSpeed config file makes meaningless (Accelerate's list).
-_KEYS_A_CONFIG_FILE_REPLACES = (
-    "gradient_accumulation_steps",
-    "gradient_clipping",
-    "zero_stage",
-    "offload_optimizer_device",
-    "offload_param_device",
-    "offload_param_nvme_path",
-    "offload_optimizer_nvme_path",
-    "zero3_save_16bit_model",
-    "mixed_precision",
-)
 
 
 @dataclass
@@ -74,8 +73,9 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
         enable_msamp, msamp_opt_level: MS-AMP FP8, out of scope in accel (true is an error).
 
     Raises:
-        ValueError: for a config without ``zero_optimization``, launch values a config file
-            replaces, or a value that can't be read.
+        DeepSpeedConfigConflict: (a ``ValueError``) for a key that two of the arguments, the
+            DeepSpeed config and the launch give different values; equal values are fine.
+        ValueError: for a config without ``zero_optimization`` or a value that can't be read.
         OutOfScopeError: for MS-AMP.
     """
 
@@ -96,6 +96,10 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
 
     def __post_init__(self) -> None:
         settings = LaunchSettings("deepspeed")
+        given = [
+            plugin_arguments({field: getattr(self, field) for field in PLUGIN_TO_CONFIG}),
+            launch_values(settings),
+        ]
         self._fill_unset_fields(settings)
         if self.enable_msamp:
             raise out_of_scope(
@@ -107,11 +111,18 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
         if isinstance(source, (dict, HfDeepSpeedConfig)) or (
             isinstance(source, (str, os.PathLike)) and os.fspath(source) != "none"
         ):
-            self.hf_ds_config = self._config_from_file(source, settings)
+            self.hf_ds_config = self._config_from_file(source, given)
         else:
             self.hf_ds_config = HfDeepSpeedConfig(self._config_from_fields())
+            #: Every value of :attr:`deepspeed_config` with its source (see :meth:`describe`).
+            self.resolved_config = resolve_deepspeed_config(
+                self.hf_ds_config.config, config_source=None, given=given, write=False
+            )
         self.deepspeed_config: DeepSpeedConfigDict = self.hf_ds_config.config
         self.deepspeed_config["steps_per_print"] = float("inf")  # keeps DeepSpeed's stdout quiet
+        self.resolved_config.values["steps_per_print"] = Sourced(
+            float("inf"), "DeepSpeedPlugin (always: keeps DeepSpeed's output quiet)"
+        )
         if self.zero3_init_flag is None:
             found = settings.get("zero3_init_flag")
             self.zero3_init_flag = self.hf_ds_config.is_zero3() if found is None else as_bool(found)
@@ -159,23 +170,25 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
     def _config_from_file(
         self,
         source: HfDeepSpeedConfig | DeepSpeedConfigDict | str | os.PathLike[str],
-        settings: LaunchSettings,
+        given: list[dict[str, Sourced]],
     ) -> HfDeepSpeedConfig:
         config = source if isinstance(source, HfDeepSpeedConfig) else HfDeepSpeedConfig(source)
-        config.config.setdefault("gradient_accumulation_steps", 1)
         if "zero_optimization" not in config.config:
             raise ValueError("Please specify the ZeRO optimization config in the DeepSpeed config.")
         self.hf_ds_config = config
-        _refuse_replaced_launch_keys(settings)
-        given = {
-            key: getattr(self, field)
-            for field, key in PLUGIN_TO_CONFIG.items()
-            if getattr(self, field) is not None
-        }
-        for key in given:
-            self.fill_match(key, must_match=False, **given)
+        self.resolved_config = resolve_deepspeed_config(
+            config.config,
+            config_source=config_label(source),
+            given=given,
+            defaults=_DEFAULTS_FOR_AUTO,
+        )
+        if "gradient_accumulation_steps" not in config.config:
+            config.config["gradient_accumulation_steps"] = 1
+            self.resolved_config.values["gradient_accumulation_steps"] = Sourced(
+                1, "default (DeepSpeedPlugin: 1 when the config file has none)"
+            )
         config.set_stage_and_offload()
-        # The config file decides; the fields show what it says.
+        # The resolved config decides; the fields show what it says.
         for field, key in PLUGIN_TO_CONFIG.items():
             value = config.get_value(key)
             if value is not None and value != "auto":
@@ -208,6 +221,13 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
         if self.gradient_clipping:
             config["gradient_clipping"] = self.gradient_clipping
         return config
+
+    def describe(self) -> str:
+        """The DeepSpeed configuration as a table: each key, its value and where it came from.
+
+        Values the Accelerator fills later show as ``auto (pending)`` with their future source.
+        """
+        return self.resolved_config.describe()
 
     def set_deepspeed_weakref(self) -> None:
         """Make transformers see this config (for ``zero.Init`` in ``from_pretrained``)."""
@@ -285,20 +305,4 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
         raise NotImplementedError(
             "'enabled' can only be set through calling "
             "'AcceleratorState().enable_deepspeed_plugin(key)'."
-        )
-
-
-def _refuse_replaced_launch_keys(settings: LaunchSettings) -> None:
-    given = [
-        key
-        for key in settings.environ.get("ACCELERATE_CONFIG_DS_FIELDS", "").split(",")
-        if key in _KEYS_A_CONFIG_FILE_REPLACES
-    ]
-    if settings.config_is_written_by_launcher:
-        given += [key for key in settings.config if key in _KEYS_A_CONFIG_FILE_REPLACES]
-    if given:
-        raise ValueError(
-            f"A DeepSpeed config file is used, so these launch settings would be ignored: "
-            f"{sorted(set(given))}. Set them in the DeepSpeed config file instead and remove "
-            "them from the accel/Accelerate config (or the accel launch flags)."
         )
