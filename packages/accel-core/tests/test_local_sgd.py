@@ -12,7 +12,9 @@ import torch
 
 import accel_ops
 from accel_core.local_sgd import LocalSGD
-from accel_ops import DistributedType, PartialState
+from accel_core.strategies.ddp import DDPStrategy
+from accel_core.strategies.single_device import SingleDeviceStrategy
+from accel_ops import PartialState
 from accel_testing import run_workers
 
 
@@ -26,9 +28,7 @@ class ProcessOps:
     def num_processes(self) -> int:
         return self.state.num_processes
 
-    @property
-    def distributed_type(self) -> DistributedType:
-        return self.state.distributed_type
+    strategy = DDPStrategy()  # replicates the model, as LocalSGD needs
 
     def reduce(self, tensor, reduction="sum"):
         return accel_ops.reduce(tensor, reduction=reduction)
@@ -144,7 +144,7 @@ def test_parameters_are_averaged_with_the_accelerator(two_process_run):
 
 class OneProcess:
     num_processes = 1
-    distributed_type = DistributedType.NO
+    strategy = SingleDeviceStrategy()
 
     def reduce(self, tensor, reduction="sum"):
         raise AssertionError("no communication expected on one process")
@@ -161,12 +161,16 @@ def test_one_process_is_a_no_op():
     assert _params(model) == before
 
 
-def test_unsupported_distributed_type_and_bad_steps():
+def test_a_strategy_that_does_not_replicate_the_model_and_bad_steps():
+    class ShardingStrategy(SingleDeviceStrategy):
+        name = "sharding"
+        replicates_model = False
+
     class Sharded(OneProcess):
-        distributed_type = DistributedType.FSDP
+        strategy = ShardingStrategy()
 
     model = torch.nn.Linear(2, 2)
-    with pytest.raises(NotImplementedError, match="supports distributed types NO, MULTI_CPU"):
+    with pytest.raises(NotImplementedError, match="strategy 'sharding' does not"):
         LocalSGD(Sharded(), model, local_sgd_steps=2)
     with pytest.raises(ValueError, match="local_sgd_steps must be an int >= 1, got 0"):
         LocalSGD(OneProcess(), model, local_sgd_steps=0)

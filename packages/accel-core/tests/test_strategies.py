@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import importlib.metadata
 import re
@@ -35,15 +36,7 @@ def test_built_in_strategies_are_registered_as_entry_points():
 
 def test_strategy_interface_is_small_and_abilities_are_protocols():
     abstract = sorted(Strategy.__abstractmethods__)
-    assert abstract == [
-        "backward",
-        "clip_gradients_norm",
-        "load_model_state_dict",
-        "model_state_dict",
-        "setup_environment",
-        "wrap_model",
-        "wrap_optimizer",
-    ]
+    assert abstract == ["root_device", "setup_environment", "setup_module"]
     assert isinstance(DDPStrategy(), SupportsNoSync) and isinstance(DDPStrategy(), SupportsJoin)
     assert not isinstance(SingleDeviceStrategy(), SupportsNoSync)
     assert not isinstance(SingleDeviceStrategy(), SupportsJoin)
@@ -122,13 +115,35 @@ class _CountingStrategy(SingleDeviceStrategy):
         super().setup_environment(state)
         self.calls.append("setup_environment")
 
-    def wrap_model(self, model, *, device_placement):
-        self.calls.append("wrap_model")
-        return super().wrap_model(model, device_placement=device_placement)
+    def setup_precision(self, mode, **handlers):
+        self.calls.append("setup_precision")
+        return super().setup_precision(mode, **handlers)
 
-    def wrap_optimizer(self, optimizer, *, device_placement, scaler):
-        self.calls.append("wrap_optimizer")
-        return super().wrap_optimizer(optimizer, device_placement=device_placement, scaler=scaler)
+    def configure_accumulation(self, plugin):
+        self.calls.append("configure_accumulation")
+        return super().configure_accumulation(plugin)
+
+    def setup(self, models, optimizers, schedulers, dataloaders, **placement):
+        self.calls.append(f"setup({len(models)}, {len(optimizers)}, {len(schedulers)})")
+        return super().setup(models, optimizers, schedulers, dataloaders, **placement)
+
+    def setup_module(self, module, *, device_placement):
+        self.calls.append("setup_module")
+        return super().setup_module(module, device_placement=device_placement)
+
+    def setup_optimizer(self, optimizer, parameter_map, *, device_placement):
+        self.calls.append("setup_optimizer")
+        return super().setup_optimizer(
+            optimizer, parameter_map, device_placement=device_placement
+        )
+
+    def setup_scheduler(self, scheduler, optimizers):
+        self.calls.append("setup_scheduler")
+        return super().setup_scheduler(scheduler, optimizers)
+
+    def optimizer_step(self, optimizer, closure=None):
+        self.calls.append("optimizer_step")
+        return super().optimizer_step(optimizer, closure)
 
     def backward(self, loss, **kwargs):
         self.calls.append("backward")
@@ -144,13 +159,20 @@ def test_a_registered_strategy_is_used_in_the_documented_order():
     accelerator = Accelerator(strategy="counting")
     model = torch.nn.Linear(2, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    optimizer, model = accelerator.prepare(optimizer, model)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1)
+    scheduler, optimizer, model = accelerator.prepare(scheduler, optimizer, model)
     accelerator.backward(model(torch.ones(1, 2)).sum())
+    optimizer.step()
     assert accelerator.strategy.calls == [
         "setup_environment",
-        "wrap_model",
-        "wrap_optimizer",
+        "setup_precision",
+        "configure_accumulation",
+        "setup(1, 1, 1)",  # one joint call, whatever the order of the arguments
+        "setup_module",
+        "setup_optimizer",
+        "setup_scheduler",
         "backward",
+        "optimizer_step",
     ]
 
 
@@ -165,3 +187,81 @@ def test_accelerator_never_branches_on_the_distribution_type():
     assert not re.search(r"distributed_type\s*(==|!=|in\b)", source)
     assert "DistributedType." not in source
     assert len(source.splitlines()) < 550
+
+
+# DistributedType values (upper case; "NO" alone also names a dynamo backend, so it counts only
+# next to another one) and strategy names (lower case; "xla" is also an RNG type, like "cuda").
+_BACKEND_WORDS = re.compile(
+    r"^(MULTI_[A-Z]+|DEEPSPEED|FSDP|XLA|TPU|MEGATRON_LM|deepspeed|fsdp\d?|ddp|single_device)$"
+)
+
+
+def _backend_branches(path: Path) -> list[str]:
+    """Every place in ``path`` that asks which distribution runs instead of asking the strategy:
+    a ``DistributedType.X`` member, a comparison of ``distributed_type`` or of a strategy's
+    ``name``, a string naming a backend compared with something or listed in a tuple/list/set,
+    and a read of ``ACCEL_STRATEGY`` from the environment."""
+    tree = ast.parse(path.read_text())
+    found = []
+
+    def where(node: ast.AST) -> str:
+        return f"{path.name}:{node.lineno}"
+
+    def names_backend(node: ast.AST) -> bool:
+        return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(
+            _BACKEND_WORDS.match(node.value)
+        )
+
+    def asks_kind(node: ast.AST) -> bool:
+        text = ast.unparse(node)
+        return any(word in text for word in ("distributed_type", "strategy.name", "STRATEGY"))
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and ast.unparse(node.value) == "DistributedType":
+            found.append(f"{where(node)} DistributedType.{node.attr}")
+        elif isinstance(node, ast.Compare) and not all(
+            isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops
+        ):
+            sides = [node.left, *node.comparators]
+            if any(asks_kind(side) for side in sides) or any(names_backend(n) for n in sides):
+                found.append(f"{where(node)} {ast.unparse(node)}")
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            words = [e.value for e in node.elts if isinstance(e, ast.Constant)]
+            if sum(names_backend(e) for e in node.elts) + ("NO" in words) >= 2:
+                found.append(f"{where(node)} {ast.unparse(node)}")
+        elif isinstance(node, ast.Constant) and node.value == "ACCEL_STRATEGY":
+            found.append(f"{where(node)} reads ACCEL_STRATEGY")
+    return sorted(found, key=lambda hit: int(hit.split()[0].split(":")[1]))
+
+
+def test_no_backend_branch_anywhere_in_accel_core_outside_the_strategies():
+    root = Path(accel_core.__file__).parent
+    found = [
+        hit
+        for path in sorted(root.rglob("*.py"))
+        if "strategies" not in path.relative_to(root).parts
+        for hit in _backend_branches(path)
+    ]
+    assert found == []
+
+
+def test_the_backend_scan_finds_the_branches_it_forbids(tmp_path):
+    # The scan must fail on each kind of branch accel-core used to have.
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "import os\n"
+        "a = str(kind) == 'FSDP'\n"
+        "b = os.environ.get('ACCEL_STRATEGY')\n"
+        "_SUPPORTED = ('NO', 'MULTI_CPU', 'MULTI_GPU')\n"
+        "c = state.distributed_type != other\n"
+        "d = DistributedType.DEEPSPEED\n"
+        "e = accelerator.strategy.name in wanted\n"
+    )
+    assert [hit.split()[0] for hit in _backend_branches(sample)] == [
+        "sample.py:2",
+        "sample.py:3",
+        "sample.py:4",
+        "sample.py:5",
+        "sample.py:6",
+        "sample.py:7",
+    ]

@@ -20,6 +20,7 @@ import torch
 
 from accel_core import accumulation, engine_options, metrics, preparation, profiling, settings
 from accel_core.checkpointing.mixin import CheckpointingMixin
+from accel_core.collectives import collectives_of
 from accel_core.configuration import (
     DataLoaderConfiguration,
     ProjectConfiguration,
@@ -45,7 +46,12 @@ from accel_core.process_api import ProcessMixin
 from accel_core.read_back import ReadBackMixin
 from accel_core.scheduler import AcceleratedScheduler
 from accel_core.state import AcceleratorState
-from accel_core.strategies import Strategy, SupportsJoin, resolve_strategy
+from accel_core.strategies import (
+    Strategy,
+    SupportsJoin,
+    SupportsShardedInit,
+    resolve_strategy,
+)
 from accel_core.tracking.mixin import TrackingMixin
 from accel_core.triggers import TriggerMixin
 from accel_ops import inflight
@@ -153,19 +159,21 @@ class Accelerator(
             self.state.device_mesh = setup_device_mesh(
                 parallelism_config, self.device.type, self.num_processes, self.multi_device
             )
-        self.precision = Precision(
+        self.precision: Precision = self.strategy.setup_precision(
             self.state.mixed_precision,
-            self.device,
             autocast_handler=self.handlers.get(AutocastKwargs),
             scaler_handler=self.handlers.get(GradScalerKwargs),
-            distributed_type=self.distributed_type,
         )
         self.scaler = self.precision.scaler
+        # The strategy answers for accumulation before the process-wide state exists.
         self.gradient_state = GradientState(
-            settings.accumulation_plugin(
-                gradient_accumulation_steps, gradient_accumulation_plugin, environment
+            self.strategy.configure_accumulation(
+                settings.accumulation_plugin(
+                    gradient_accumulation_steps, gradient_accumulation_plugin, environment
+                )
             )
         )
+        self.gradient_state._follow_strategy(self.strategy.reduces_gradients_in_step)
         self.dataloader_config = settings.dataloader_config(dataloader_config, split_batches)
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
@@ -237,25 +245,19 @@ class Accelerator(
         device_placement: bool | None = None,
         evaluation_mode: bool = False,
     ) -> torch.nn.Module:
-        """Move ``model`` to the device, run its forward in mixed precision, wrap it for the
-        strategy (not in ``evaluation_mode``) and compile it when a dynamo backend is set.
+        """Move ``model`` to the device, run its forward in mixed precision, set it up through
+        the strategy (not in ``evaluation_mode``) and compile it when a dynamo backend is set.
 
         A model ``prepare`` returned already comes back as is, listed once among the prepared
         models (it is marked ``_is_accelerate_prepared``, Accelerate's attribute).
         """
-        if getattr(model, "_is_accelerate_prepared", False):
-            if not any(model is known for known in self._models):
-                self._models.append(model)
-            return model
-        if device_placement is None:
-            device_placement = self.device_placement
+        if not evaluation_mode or getattr(model, "_is_accelerate_prepared", False):
+            return preparation.prepare_all(self, [model], [device_placement])[0]
+        placement = self.device_placement if device_placement is None else device_placement
         if len(preparation.dispatched_devices(model)) > 1:
-            device_placement = False  # accel-bigmodel placed it across devices already
+            placement = False
         self.precision.wrap_forward(model)
-        if evaluation_mode:
-            prepared = model.to(self.device) if device_placement else model
-        else:
-            prepared = self.strategy.wrap_model(model, device_placement=device_placement)
+        prepared = model.to(self.device) if placement else model
         prepared = preparation.compile_model(prepared, self.state.dynamo_plugin)
         prepared._is_accelerate_prepared = True
         self._models.append(prepared)
@@ -264,17 +266,9 @@ class Accelerator(
     def prepare_optimizer(
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
     ) -> torch.optim.Optimizer:
-        """Wrap ``optimizer`` so it skips steps while accumulating and steps through the scaler."""
-        if isinstance(optimizer, AcceleratedOptimizer):
-            return optimizer
-        if device_placement is None:
-            device_placement = self.device_placement
-        prepared = self.strategy.wrap_optimizer(
-            optimizer, device_placement=device_placement, scaler=self.scaler
-        )
-        self.has_lomo_optimizer |= hasattr(optimizer, "fused_backward")
-        self._optimizers.append(prepared)
-        return prepared
+        """Set ``optimizer`` up through the strategy: it skips steps while accumulating and steps
+        through the scaler (an optimizer ``prepare`` returned comes back as is)."""
+        return preparation.prepare_all(self, [optimizer], [device_placement])[0]
 
     def prepare_data_loader(
         self,
@@ -283,48 +277,28 @@ class Accelerator(
         slice_fn_for_dispatch: Any = None,
     ) -> torch.utils.data.DataLoader:
         """Shard ``data_loader`` between the processes (see ``DataLoaderConfiguration``)."""
-        from accel_core.data_loader import prepare_data_loader
-
-        preparation.check_not_prepared(data_loader, self._original_loaders, self._dataloaders)
-        if device_placement is None:
-            device_placement = self.device_placement
-        config = self.dataloader_config
-        prepared = prepare_data_loader(
-            data_loader,
-            self.device,
-            num_processes=self.num_processes,
-            process_index=self.process_index,
-            split_batches=config.split_batches,
-            put_on_device=device_placement,
-            rng_types=list(self.rng_types),
-            dispatch_batches=config.dispatch_batches,
-            even_batches=config.even_batches,
-            slice_fn_for_dispatch=slice_fn_for_dispatch,
-            use_seedable_sampler=config.use_seedable_sampler,
-            data_seed=config.data_seed,
-            non_blocking=config.non_blocking,
-            use_stateful_dataloader=config.use_stateful_dataloader,
-        )
-        self._original_loaders.add(data_loader)
-        self._dataloaders.append(prepared)
-        return prepared
+        return preparation.prepare_all(
+            self, [data_loader], [device_placement], slice_fn_for_dispatch=slice_fn_for_dispatch
+        )[0]
 
     def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
         """Wrap ``scheduler`` so it follows the prepared optimizer it schedules."""
-        if isinstance(scheduler, AcceleratedScheduler):
-            return scheduler
-        inner = getattr(scheduler, "optimizer", None)
-        optimizers = [
-            opt for opt in self._optimizers if getattr(opt, "optimizer", opt) is inner
-        ] or self._optimizers
-        prepared = AcceleratedScheduler(
-            scheduler,
-            optimizers,
-            step_with_optimizer=self.step_scheduler_with_optimizer,
-            split_batches=self.split_batches,
-        )
-        self._schedulers.append(prepared)
-        return prepared
+        return preparation.prepare_all(self, [scheduler], [None])[0]
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
+        """Create models the way the strategy wants them: ``with accelerator.init_module():
+        model = Net()``. A strategy with sharded init (DeepSpeed ZeRO-3's ``zero.Init``, FSDP's
+        meta-device init) runs its ``module_init_context``; any other creates parameters on
+        ``accelerator.device``, or on the meta device with ``empty_init=True`` (weights to be
+        loaded). Accelerate has no such method (its zero3 init is ``DeepSpeedPlugin.
+        zero3_init_context_manager``); this is Lightning Fabric's ``init_module``."""
+        if isinstance(self.strategy, SupportsShardedInit):
+            with self.strategy.module_init_context(empty_init):
+                yield
+            return
+        with torch.device("meta" if empty_init else self.device):
+            yield
 
     # -- the training step ---------------------------------------------------------------------
 
@@ -342,8 +316,9 @@ class Accelerator(
             self.lomo_backward(loss, learning_rate)
             return
         # Under DDP the gradients are all-reduced inside backward: the hang report shows it.
+        # The strategy scales the loss (through its precision; an engine scales it itself).
         with inflight.waiting_in("backward", loss):
-            self.strategy.backward(self.precision.scale_loss(loss), **kwargs)
+            self.strategy.backward(loss, **kwargs)
 
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Context for one batch of gradient accumulation (see :mod:`accel_core.accumulation`)."""
@@ -368,14 +343,20 @@ class Accelerator(
         for opt in optimizers:
             while isinstance(opt, AcceleratedOptimizer):
                 opt = opt.optimizer
-            self.scaler.unscale_(opt)
+            self.precision.unscale_gradients(opt)
 
     def clip_grad_norm_(
         self, parameters: Iterable[torch.nn.Parameter], max_norm: float, norm_type: float = 2
     ) -> torch.Tensor:
-        """Clip the gradient norm of ``parameters``; returns the total norm before clipping."""
+        """Clip the gradient norm of ``parameters``; returns the total norm before clipping.
+
+        The strategy is given the prepared model and optimizer the parameters belong to."""
         self.unscale_gradients()
-        return self.strategy.clip_gradients_norm(parameters, max_norm, norm_type)
+        parameters = list(parameters)
+        module, optimizer = preparation.owners_of(self, parameters)
+        return self.strategy.clip_gradients_norm(
+            module, optimizer, max_norm, norm_type, parameters=parameters
+        )
 
     def clip_grad_value_(self, parameters: Iterable[torch.nn.Parameter], clip_value: float) -> None:
         """Clamp the gradients of ``parameters`` into ``[-clip_value, clip_value]``."""
@@ -392,9 +373,7 @@ class Accelerator(
 
     def gather(self, tensor: Any) -> Any:
         """Concatenate ``tensor`` (or a nested structure of them) from every process."""
-        from accel_ops import gather
-
-        return gather(tensor)
+        return collectives_of(self.strategy).gather(tensor)
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather evaluation results from every process, dropping the samples the sharded loader
@@ -403,9 +382,7 @@ class Accelerator(
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
         """Reduce ``tensor`` across processes (``"sum"``, ``"mean"``), every process gets it."""
-        from accel_ops import reduce
-
-        return reduce(tensor, reduction=reduction, scale=scale)
+        return collectives_of(self.strategy).reduce(tensor, reduction=reduction, scale=scale)
 
     def pad_across_processes(
         self, tensor: Any, dim: int = 0, pad_index: int = 0, pad_first: bool = False

@@ -9,21 +9,32 @@ from __future__ import annotations
 
 import contextlib
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
-# Data-parallel setups where every process holds the whole model; sharded or engine-managed
-# models (DeepSpeed, FSDP, XLA) keep their parameters elsewhere.
-_SUPPORTED = ("NO", "MULTI_CPU", "MULTI_GPU")
+if TYPE_CHECKING:
+    from accel_core.strategies import Strategy
+
+
+class LocalSGDHost(Protocol):
+    """What LocalSGD needs of its accelerator (an ``Accelerator`` has it)."""
+
+    num_processes: int
+    strategy: Strategy
+
+    def reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor:
+        """``tensor`` reduced over every process."""
+        ...
 
 
 class LocalSGD:
     """Context manager that turns DDP training into local SGD.
 
-    ``accelerator`` needs ``num_processes``, ``distributed_type`` and
-    ``reduce(tensor, reduction="mean")`` (an ``Accelerator`` has them). Inside the ``with`` block
+    ``accelerator`` needs ``num_processes``, ``strategy`` and ``reduce(tensor, reduction="mean")``
+    (an ``Accelerator`` has them); its strategy must replicate the model on every process
+    (``Strategy.replicates_model``). Inside the ``with`` block
     the model's gradient synchronisation is off (``model.no_sync()`` when the model has it); call
     :meth:`step` after every ``optimizer.step()``, and every ``local_sgd_steps`` calls the
     parameters are replaced by their mean over all processes. Leaving the block averages once more
@@ -41,15 +52,19 @@ class LocalSGD:
     """
 
     def __init__(
-        self, accelerator: Any, model: torch.nn.Module, local_sgd_steps: int, enabled: bool = True
+        self,
+        accelerator: LocalSGDHost,
+        model: torch.nn.Module,
+        local_sgd_steps: int,
+        enabled: bool = True,
     ) -> None:
-        kind = accelerator.distributed_type
-        kind = str(getattr(kind, "value", kind))
-        if kind not in _SUPPORTED:
+        strategy = accelerator.strategy
+        if not strategy.replicates_model:
             raise NotImplementedError(
-                f"LocalSGD supports distributed types {', '.join(_SUPPORTED)}, got {kind}: it "
-                f"averages whole copies of the model, which sharded or engine-managed models "
-                f"(DeepSpeed, FSDP, XLA) don't keep on each process."
+                f"LocalSGD needs a strategy that keeps the whole model on every process, and "
+                f"strategy {strategy.name!r} does not (its replicates_model is False): LocalSGD "
+                "averages whole copies of the model, which sharded or engine-managed models "
+                "(DeepSpeed, FSDP, XLA) don't keep. Use the ddp strategy."
             )
         if isinstance(local_sgd_steps, bool) or not isinstance(local_sgd_steps, int):
             raise TypeError(f"local_sgd_steps must be an int >= 1, got {local_sgd_steps!r}")
@@ -60,7 +75,7 @@ class LocalSGD:
         self.local_sgd_steps = local_sgd_steps
         self.enabled = bool(enabled) and accelerator.num_processes > 1
         self.num_steps = 0
-        self._no_sync: contextlib.AbstractContextManager | None = None
+        self._no_sync: contextlib.AbstractContextManager[object] | None = None
 
     def __enter__(self) -> LocalSGD:
         if self.enabled:

@@ -13,6 +13,7 @@ every rank (gloo would otherwise return garbage or abort). Earlier batches go st
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -66,9 +67,9 @@ def _check_same_specs(everyone: list[list[Any]]) -> None:
     )
 
 
-def _gather_uneven(data: Any, lengths: list[list[int]]) -> Any:
+def _gather_uneven(data: Any, lengths: list[list[int]], gather: Callable[[Any], Any]) -> Any:
     """Gather tensors whose first dimension differs across processes, without padding rows."""
-    from accel_ops import gather, pad_across_processes, recursively_apply
+    from accel_ops import pad_across_processes, recursively_apply
 
     padded = gather(pad_across_processes(data, dim=0))
     counter = iter(range(len(lengths[0])))
@@ -84,8 +85,11 @@ def _gather_uneven(data: Any, lengths: list[list[int]]) -> Any:
 
 def gather_for_metrics(accelerator: Accelerator, input_data: Any, use_gather_object: bool) -> Any:
     """See :meth:`accel_core.Accelerator.gather_for_metrics`."""
-    from accel_ops import drop_duplicated_tail, gather, gather_object
+    from accel_core.collectives import collectives_of
+    from accel_ops import drop_duplicated_tail
 
+    collectives = collectives_of(accelerator.strategy)
+    gather, gather_object = collectives.gather, collectives.gather_object
     state = accelerator.gradient_state
     use_gather_object = use_gather_object or not _only_tensors(input_data)
     at_end = state.end_of_dataloader
@@ -98,7 +102,7 @@ def gather_for_metrics(accelerator: Accelerator, input_data: Any, use_gather_obj
         _check_same_specs(everyone)
         lengths = [rank_lengths for rank_lengths, _ in everyone]
         uneven = any(rank_lengths != lengths[0] for rank_lengths in lengths)
-        data = _gather_uneven(input_data, lengths) if uneven else gather(input_data)
+        data = _gather_uneven(input_data, lengths, gather) if uneven else gather(input_data)
     else:
         data = gather(input_data)
     if not at_end:

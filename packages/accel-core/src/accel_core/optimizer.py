@@ -15,6 +15,9 @@ import torch
 
 _MISSING = object()
 
+#: ``step_function(optimizer, closure) -> loss``: steps the inner optimizer.
+StepFunction = Callable[[torch.optim.Optimizer, Callable[[], Any] | None], Any]
+
 
 def _move_state(value: Any, device: torch.device) -> Any:
     if isinstance(value, torch.Tensor):
@@ -33,6 +36,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         optimizer: the optimizer to wrap.
         device_placement: move the optimizer's state (if any) to the Accelerator's device.
         scaler: the fp16 gradient scaler, or None.
+        step_function: how the inner optimizer steps when there is no scaler,
+            ``step_function(optimizer, closure)`` (the strategy's ``optimizer_step``); default
+            ``optimizer.step(closure)``.
     """
 
     def __init__(
@@ -40,6 +46,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         optimizer: torch.optim.Optimizer,
         device_placement: bool = True,
         scaler: torch.amp.GradScaler | None = None,
+        *,
+        step_function: StepFunction | None = None,
     ) -> None:
         # No super().__init__: this object forwards to the wrapped optimizer's own state.
         from accel_core.gradient_state import GradientState
@@ -47,6 +55,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
         self.optimizer = optimizer
         self.scaler = scaler
+        self.step_function = step_function
         self.accelerator_state = AcceleratorState()
         self.gradient_state = GradientState()
         self.device_placement = device_placement
@@ -111,6 +120,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             return None
         if self.scaler is None:
             self._is_overflow = False
+            if self.step_function is not None:
+                return self.step_function(self.optimizer, closure)
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
         return self._scaled_step(self.scaler, closure)
 
@@ -148,19 +159,25 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     # torch.optim.Optimizer pickles only defaults, state and param_groups, which this wrapper
     # forwards: pickle the wrapper's own fields instead. The process-wide states are not copied
-    # into the pickle; the unpickled wrapper joins those of the process that loads it.
-    _PROCESS_STATES = ("accelerator_state", "gradient_state")
+    # into the pickle; the unpickled wrapper joins those of the process that loads it (and steps
+    # through that process's strategy, when it stepped through one).
+    _PROCESS_STATES = ("accelerator_state", "gradient_state", "step_function")
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in self._PROCESS_STATES}
+        state = {k: v for k, v in self.__dict__.items() if k not in self._PROCESS_STATES}
+        state["_through_strategy"] = self.step_function is not None
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         from accel_core.gradient_state import GradientState
         from accel_core.state import AcceleratorState
 
+        through_strategy = state.pop("_through_strategy", False)
         self.__dict__.update(state)
         self.accelerator_state = AcceleratorState()
         self.gradient_state = GradientState()
+        strategy = getattr(self.accelerator_state, "strategy", None) if through_strategy else None
+        self.step_function = strategy.optimizer_step if strategy is not None else None
 
     def __repr__(self) -> str:
         return f"AcceleratedOptimizer({self.optimizer!r})"

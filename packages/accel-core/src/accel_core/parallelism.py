@@ -31,26 +31,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from accel_core.out_of_scope import out_of_scope
-from accel_ops import DistributedType
 
 if TYPE_CHECKING:
     from accel_core.state import AcceleratorState
 
 logger = logging.getLogger(__name__)
-
-#: Distributed types of several accelerator devices (Accelerate's ``multi_device``); not CPU.
-MULTI_DEVICE_TYPES = frozenset(
-    {
-        DistributedType.MULTI_GPU,
-        DistributedType.MULTI_MLU,
-        DistributedType.MULTI_SDAA,
-        DistributedType.MULTI_MUSA,
-        DistributedType.MULTI_NPU,
-        DistributedType.MULTI_XPU,
-        DistributedType.MULTI_HPU,
-        DistributedType.MULTI_NEURON,
-    }
-)
 
 _INSTEAD = "leave it at 1: accel trains with data parallelism (the ddp strategy)"
 
@@ -142,7 +127,8 @@ class ParallelismMixin:
     @property
     def multi_device(self) -> bool:
         """Whether several processes run on accelerator devices (GPUs, XPUs...; not CPUs)."""
-        return self.state.use_distributed and self.state.distributed_type in MULTI_DEVICE_TYPES
+        strategy = self.state.strategy
+        return bool(self.state.use_distributed and strategy is not None and strategy.multi_device)
 
     @property
     def is_fsdp2(self) -> bool:

@@ -17,6 +17,10 @@ import torch
 
 if TYPE_CHECKING:
     from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs
+    from accel_ops import DistributedType
+
+#: Makes the fp16 scaler: ``factory(device_type, **GradScalerKwargs) -> GradScaler``.
+ScalerFactory = Callable[..., torch.amp.GradScaler]
 
 MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -64,13 +68,20 @@ def get_mixed_precision_context_manager(
 
 
 def get_grad_scaler(
-    distributed_type: object = None, device_type: str = "cuda", **kwargs: Any
+    distributed_type: DistributedType | None = None, device_type: str = "cuda", **kwargs: Any
 ) -> torch.amp.GradScaler:
-    """A gradient scaler for fp16 training (FSDP gets torch's sharded scaler)."""
-    if str(getattr(distributed_type, "value", distributed_type)) == "FSDP":
-        from torch.distributed.fsdp.sharded_grad_scaler import ShardedGradScaler
+    """A gradient scaler for fp16 training, as the running strategy makes it.
 
-        return ShardedGradScaler(device=device_type, **kwargs)
+    With an Accelerator in this process, its strategy's
+    :meth:`~accel_core.Strategy.make_grad_scaler` answers (FSDP gives torch's sharded scaler);
+    before one exists, torch's ``GradScaler``. ``distributed_type`` is accepted for Accelerate's
+    signature: the strategy that runs decides, not a name.
+    """
+    from accel_core.state import AcceleratorState
+
+    strategy = AcceleratorState._shared_state.get("strategy")
+    if strategy is not None:
+        return strategy.make_grad_scaler(device_type, **kwargs)
     return torch.amp.GradScaler(device_type, **kwargs)
 
 
@@ -87,7 +98,12 @@ def _to_fp32(value: Any) -> Any:
 
 
 class Precision:
-    """The precision of one Accelerator: its autocast context and, for fp16, its gradient scaler."""
+    """The precision a strategy owns: autocast context, fp16 gradient scaler, loss scaling.
+
+    ``Strategy.setup_precision`` builds it (``scaler_factory`` is the strategy's
+    ``make_grad_scaler``); the Accelerator reads ``mode``, ``scaler`` and ``autocast`` from it.
+    An engine that scales its loss itself builds a subclass whose ``scaler`` stays None.
+    """
 
     def __init__(
         self,
@@ -95,7 +111,7 @@ class Precision:
         device: torch.device,
         autocast_handler: AutocastKwargs | None = None,
         scaler_handler: GradScalerKwargs | None = None,
-        distributed_type: object = None,
+        scaler_factory: ScalerFactory | None = None,
     ) -> None:
         self.mode = check_mixed_precision(mixed_precision, device)
         self.device_type = device.type
@@ -103,7 +119,8 @@ class Precision:
         self.scaler: torch.amp.GradScaler | None = None
         if self.mode == "fp16":
             scaler_kwargs = scaler_handler.to_kwargs() if scaler_handler is not None else {}
-            self.scaler = get_grad_scaler(distributed_type, self.device_type, **scaler_kwargs)
+            factory = scaler_factory or torch.amp.GradScaler
+            self.scaler = factory(self.device_type, **scaler_kwargs)
 
     @property
     def native_amp(self) -> bool:
@@ -121,6 +138,15 @@ class Precision:
     def scale_loss(self, loss: torch.Tensor) -> torch.Tensor:
         """The loss multiplied by the scaler's factor (unchanged without a scaler)."""
         return self.scaler.scale(loss) if self.scaler is not None else loss
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``scale_loss(loss).backward(**kwargs)``."""
+        self.scale_loss(loss).backward(**kwargs)
+
+    def unscale_gradients(self, optimizer: torch.optim.Optimizer) -> None:
+        """Divide ``optimizer``'s gradients by the loss scale (nothing without a scaler)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
 
     def wrap_forward(self, model: torch.nn.Module) -> None:
         """Run ``model.forward`` under autocast and return its outputs in fp32.

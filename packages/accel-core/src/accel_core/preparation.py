@@ -1,15 +1,15 @@
 """What ``Accelerator.prepare`` does with each kind of object.
 
-``prepare`` sorts its arguments into models, optimizers, data loaders and schedulers, then
-prepares them in that dependency order (models before optimizers, optimizers before schedulers)
-and returns them in the order given. Anything else (``None``, a list, a dict, a number...) is
-returned unchanged at its place, as Accelerate does.
+``prepare`` sorts its arguments into models, optimizers, data loaders and schedulers, hands them
+to the strategy's ``setup`` together (which sets up models before optimizers, optimizers before
+schedulers) and returns them in the order given. Anything else (``None``, a list, a dict, a
+number...) is returned unchanged at its place, as Accelerate does.
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from accel_core.configuration import TorchDynamoPlugin
 
 _KINDS = ("model", "optimizer", "data loader", "scheduler")
-_PASSES = (("model",), ("optimizer", "data loader"), ("scheduler",))
 
 
 def _is_scheduler(obj: object) -> bool:
@@ -47,32 +46,130 @@ def kind_of(obj: object) -> str | None:
 
 
 def prepare_all(
-    accelerator: Accelerator, objects: Sequence[Any], device_placement: Sequence[bool | None]
+    accelerator: Accelerator,
+    objects: Sequence[Any],
+    device_placement: Sequence[bool | None],
+    *,
+    slice_fn_for_dispatch: Callable[..., Any] | None = None,
 ) -> list[Any]:
-    """Prepare ``objects`` (any order, any number) and return them in the same order; objects
-    of no known kind come back unchanged."""
+    """Prepare ``objects`` (any order, any number) with one ``Strategy.setup`` call and return
+    them in the same order; objects of no known kind come back unchanged.
+
+    Before the strategy: models already prepared are returned as they are, the others get the
+    precision's forward wrapper; data loaders are sharded (with the strategy's sampler
+    arguments). After it: models are compiled and marked, schedulers the strategy left unwrapped
+    are wrapped, and everything is recorded on the Accelerator.
+    """
+    from accel_core.optimizer import AcceleratedOptimizer
+    from accel_core.scheduler import AcceleratedScheduler
+
     if len(device_placement) != len(objects):
         raise ValueError(
             f"device_placement has {len(device_placement)} entries for {len(objects)} objects; "
             "give one bool (or None) per object passed to prepare()."
         )
-    kinds = [kind_of(obj) for obj in objects]
     result: list[Any] = list(objects)
-    for kinds_of_pass in _PASSES:
-        for index, (obj, kind) in enumerate(zip(objects, kinds, strict=True)):
-            if kind in kinds_of_pass:
-                result[index] = _prepare_one(accelerator, obj, kind, device_placement[index])
+    pending: dict[str, list[int]] = {kind: [] for kind in _KINDS}
+    placements: dict[int, bool] = {}
+    for index, obj in enumerate(objects):
+        kind = kind_of(obj)
+        placed = (
+            accelerator.device_placement
+            if device_placement[index] is None
+            else bool(device_placement[index])
+        )
+        if kind == "model" and getattr(obj, "_is_accelerate_prepared", False):
+            if not any(obj is known for known in accelerator._models):
+                accelerator._models.append(obj)
+            continue
+        if kind in ("optimizer", "scheduler") and isinstance(
+            obj, (AcceleratedOptimizer, AcceleratedScheduler)
+        ):
+            continue
+        if kind == "model":
+            if len(dispatched_devices(obj)) > 1:
+                placed = False  # accel-bigmodel placed it across devices already
+            accelerator.precision.wrap_forward(obj)
+        elif kind == "data loader":
+            check_not_prepared(obj, accelerator._original_loaders, accelerator._dataloaders)
+            accelerator._original_loaders.add(obj)
+            result[index] = shard_loader(accelerator, obj, placed, slice_fn_for_dispatch)
+        if kind is not None:
+            pending[kind].append(index)
+            placements[index] = placed
+    set_up = accelerator.strategy.setup(
+        [result[i] for i in pending["model"]],
+        [result[i] for i in pending["optimizer"]],
+        [result[i] for i in pending["scheduler"]],
+        [result[i] for i in pending["data loader"]],
+        model_placement=[placements[i] for i in pending["model"]],
+        optimizer_placement=[placements[i] for i in pending["optimizer"]],
+    )
+    for index, model in zip(pending["model"], set_up.models, strict=True):
+        model = compile_model(model, accelerator.state.dynamo_plugin)
+        model._is_accelerate_prepared = True
+        accelerator._models.append(model)
+        result[index] = model
+    for index, optimizer in zip(pending["optimizer"], set_up.optimizers, strict=True):
+        accelerator.has_lomo_optimizer |= hasattr(objects[index], "fused_backward")
+        accelerator._optimizers.append(optimizer)
+        result[index] = optimizer
+    for index, loader in zip(pending["data loader"], set_up.dataloaders, strict=True):
+        accelerator._dataloaders.append(loader)
+        result[index] = loader
+    for index, scheduler in zip(pending["scheduler"], set_up.schedulers, strict=True):
+        result[index] = _wrap_scheduler(accelerator, scheduler)
     return result
 
 
-def _prepare_one(accelerator: Accelerator, obj: Any, kind: str, placement: bool | None) -> Any:
-    if kind == "model":
-        return accelerator.prepare_model(obj, device_placement=placement)
-    if kind == "optimizer":
-        return accelerator.prepare_optimizer(obj, device_placement=placement)
-    if kind == "data loader":
-        return accelerator.prepare_data_loader(obj, device_placement=placement)
-    return accelerator.prepare_scheduler(obj)
+def _wrap_scheduler(accelerator: Accelerator, scheduler: Any) -> Any:
+    """``scheduler`` in an ``AcceleratedScheduler`` following the prepared optimizer it
+    schedules (all of them when it schedules none of them), unless the strategy wrapped it."""
+    from accel_core.scheduler import AcceleratedScheduler
+
+    if not isinstance(scheduler, AcceleratedScheduler):
+        inner = getattr(scheduler, "optimizer", None)
+        optimizers = [
+            opt for opt in accelerator._optimizers if getattr(opt, "optimizer", opt) is inner
+        ] or accelerator._optimizers
+        scheduler = AcceleratedScheduler(
+            scheduler,
+            optimizers,
+            step_with_optimizer=accelerator.step_scheduler_with_optimizer,
+            split_batches=accelerator.split_batches,
+        )
+    accelerator._schedulers.append(scheduler)
+    return scheduler
+
+
+def shard_loader(
+    accelerator: Accelerator,
+    data_loader: DataLoader[Any],
+    device_placement: bool,
+    slice_fn_for_dispatch: Callable[..., Any] | None = None,
+) -> DataLoader[Any]:
+    """``data_loader`` sharded as the ``DataLoaderConfiguration`` says, into the shards the
+    strategy's ``distributed_sampler_kwargs`` name."""
+    from accel_core.data_loader import prepare_data_loader
+
+    config = accelerator.dataloader_config
+    sampler = accelerator.strategy.distributed_sampler_kwargs
+    return prepare_data_loader(
+        data_loader,
+        accelerator.device,
+        num_processes=sampler["num_replicas"],
+        process_index=sampler["rank"],
+        split_batches=config.split_batches,
+        put_on_device=device_placement,
+        rng_types=list(accelerator.rng_types),
+        dispatch_batches=config.dispatch_batches,
+        even_batches=config.even_batches,
+        slice_fn_for_dispatch=slice_fn_for_dispatch,
+        use_seedable_sampler=config.use_seedable_sampler,
+        data_seed=config.data_seed,
+        non_blocking=config.non_blocking,
+        use_stateful_dataloader=config.use_stateful_dataloader,
+    )
 
 
 def compile_model(model: torch.nn.Module, dynamo: TorchDynamoPlugin) -> torch.nn.Module:
@@ -112,3 +209,28 @@ def dispatched_devices(model: torch.nn.Module) -> set[str]:
     if not isinstance(device_map, dict):
         return set()
     return {str(device) for device in device_map.values()}
+
+
+def owners_of(
+    accelerator: Accelerator, parameters: Sequence[torch.nn.Parameter]
+) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None]:
+    """The prepared model holding every one of ``parameters`` (else the first holding any of
+    them, else None) and the prepared optimizer stepping any of them (else None)."""
+    wanted = {id(p) for p in parameters}
+    module: torch.nn.Module | None = None
+    for model in accelerator._models:
+        held = {id(p) for p in model.parameters()}
+        if wanted and wanted <= held:
+            module = model
+            break
+        if module is None and wanted & held:
+            module = model
+    optimizer = next(
+        (
+            opt
+            for opt in accelerator._optimizers
+            if any(id(p) in wanted for group in opt.param_groups for p in group["params"])
+        ),
+        None,
+    )
+    return module, optimizer

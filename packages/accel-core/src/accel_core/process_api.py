@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from accel_core.state import AcceleratorState
+    from accel_ops import DistributedType
 
 
 class ProcessMixin:
     """Mixin for classes with a ``state`` attribute (an ``AcceleratorState``)."""
 
-    state: Any
+    state: AcceleratorState
 
     @property
     def _partial(self) -> Any:
@@ -25,11 +29,13 @@ class ProcessMixin:
 
     @property
     def device(self) -> torch.device:
-        """The device of this process."""
-        return self._partial.device
+        """The device of this process: the strategy's ``root_device`` (the process state's
+        device before a strategy is chosen)."""
+        strategy = self.state.strategy
+        return strategy.root_device if strategy is not None else self._partial.device
 
     @property
-    def distributed_type(self) -> Any:
+    def distributed_type(self) -> DistributedType:
         """The strategy's ``accel_ops.DistributedType``."""
         return self.state.distributed_type
 

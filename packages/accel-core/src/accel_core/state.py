@@ -15,6 +15,7 @@ from accel_ops import DistributedType, PartialState
 
 if TYPE_CHECKING:
     from accel_core.parallelism import ParallelismConfigLike
+    from accel_core.strategies import Strategy
 
 
 class AcceleratorState:
@@ -60,8 +61,8 @@ class AcceleratorState:
         chosen = mixed_precision if mixed_precision is not None else environment.mixed_precision
         self._mixed_precision = check_mixed_precision(chosen, self.partial.device)
         self.dynamo_plugin = dynamo_plugin or TorchDynamoPlugin()
-        self.strategy: Any = None
-        self.distributed_type = self.partial.distributed_type
+        self.strategy: Strategy | None = None
+        self.distributed_type: DistributedType = self.partial.distributed_type
         self.use_ipex = False
         # Accelerate's engine plugins, kept as given: the strategy chosen from them uses them.
         self.deepspeed_plugins = deepspeed_plugin
@@ -98,18 +99,28 @@ class AcceleratorState:
         """The active DeepSpeed plugin with the DeepSpeed strategy (of a dict of plugins, the one
         whose ``selected`` is true, else the first), else None."""
         plugins = self.deepspeed_plugins
-        if self.distributed_type != DistributedType.DEEPSPEED or plugins is None:
+        if plugins is None or not self._strategy_built_from(plugins):
             return None
         if not isinstance(plugins, dict):
             return plugins
         candidates = list(plugins.values())
         return next((p for p in candidates if getattr(p, "selected", False)), candidates[0])
 
+    def _strategy_built_from(self, plugins: object) -> bool:
+        """Whether the chosen strategy was created from ``plugins`` (one of them, for a dict)."""
+        chosen = getattr(self.strategy, "plugin", None)
+        if chosen is None:
+            return False
+        if isinstance(plugins, dict):
+            return any(chosen is plugin for plugin in plugins.values()) or chosen is plugins
+        return chosen is plugins
+
     @property
     def is_fsdp2(self) -> bool:
-        """Whether the strategy is FSDP with an FSDP plugin of ``fsdp_version`` 2."""
+        """Whether the strategy was created from the FSDP plugin, of ``fsdp_version`` 2."""
         return (
-            self.distributed_type == DistributedType.FSDP
+            self.fsdp_plugin is not None
+            and self._strategy_built_from(self.fsdp_plugin)
             and getattr(self.fsdp_plugin, "fsdp_version", None) == 2
         )
 
@@ -123,7 +134,7 @@ class AcceleratorState:
         """Whether the processes were forked by ``notebook_launcher``."""
         return PartialState().fork_launched
 
-    def _set_strategy(self, strategy: Any) -> None:
+    def _set_strategy(self, strategy: Strategy) -> None:
         """Record the strategy chosen by the Accelerator (after its ``setup_environment``)."""
         self.strategy = strategy
         if strategy.distributed_type is not None:

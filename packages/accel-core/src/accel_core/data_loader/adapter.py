@@ -99,10 +99,10 @@ class DataLoaderAdapter:
         (``batch_size`` per batch) are lowered by that much when positive. Override for another
         correction; it must change ``dl_state_dict`` in place.
         """
-        from accel_ops import DistributedType, PartialState
+        from accel_ops import PartialState
 
         state = PartialState()
-        if state.distributed_type == DistributedType.NO:
+        if state.num_processes <= 1:
             return
         extra = state.num_processes - 1
         for key in ("_sampler_iter_yielded", "_num_yielded"):

@@ -1,11 +1,14 @@
 """Strategies: the interface, the registry of names, the resolver, and the built-in ones."""
 
 from accel_core.strategies.base import (
+    SetupResult,
     Strategy,
+    SupportsCollectives,
     SupportsJoin,
     SupportsNoSync,
     SupportsShardedInit,
 )
+from accel_core.strategies.parameters import ParameterMap, match_parameters, repoint_optimizer
 from accel_core.strategies.registry import (
     ENTRY_POINT_GROUP,
     UnknownStrategyError,
@@ -17,13 +20,18 @@ from accel_core.strategies.resolver import resolve_strategy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ParameterMap",
+    "SetupResult",
     "Strategy",
+    "SupportsCollectives",
     "SupportsJoin",
     "SupportsNoSync",
     "SupportsShardedInit",
     "UnknownStrategyError",
     "available_strategies",
     "create_strategy",
+    "match_parameters",
     "register_strategy",
+    "repoint_optimizer",
     "resolve_strategy",
 ]

@@ -3,24 +3,49 @@
 ``Accelerator`` never asks which kind of distribution it runs under; it calls a ``Strategy``.
 accel-core ships ``single_device`` and ``ddp``; accel-backends adds DeepSpeed, FSDP and XLA
 through the ``accel.strategies`` entry-point group (see :mod:`accel_core.strategies.registry`).
+One small abstract class (three abstract members), in the spirit of Lightning Fabric's
+``Strategy``; everything else has a default that a plain data-parallel strategy keeps.
 
 Call order, on every process, for one ``Accelerator``:
 
-1. ``__init__(**options)`` -- by the resolver, before any process group exists. Cheap: store the
-   options, import nothing heavy.
-2. ``setup_environment(state)`` -- once, right after the process state (rank, world size, device,
-   process group) is up. Sets ``distributed_type`` and checks that the strategy can run here.
-3. ``wrap_model(model, device_placement=...)`` -- once per model given to ``prepare``, before any
-   optimizer is wrapped. The model already runs its forward under the mixed-precision context.
-4. ``wrap_optimizer(optimizer, device_placement=..., scaler=...)`` -- once per optimizer, after
-   every model of the same ``prepare`` call was wrapped.
-5. Each training step: ``backward(loss, **kwargs)`` with the loss already divided by the
-   accumulation steps (unless ``handles_accumulation``) and scaled for fp16; then, when the
-   user asks, ``clip_gradients_norm`` or ``clip_gradients_value`` (gradients unscaled first).
-6. ``model_state_dict(model)`` on every process when saving (the strategy decides which ranks hold
+1. ``__init__(kwargs_handlers=(), **options)`` -- by the resolver, before any process group
+   exists. Cheap: store the options, import nothing heavy.
+2. ``setup_environment(state)`` -- once, right after the process state (rank, world size,
+   process group) is up. Sets ``distributed_type`` and the device behind ``root_device``, and
+   checks that the strategy can run here.
+3. ``setup_precision(mode, ...)`` -- once: the strategy builds the :class:`~accel_core.precision.
+   Precision` it owns (autocast context, gradient scaler, loss scaling); ``precision`` returns it.
+   An engine that scales its loss itself (DeepSpeed) returns one without a scaler.
+4. ``configure_accumulation(plugin)`` -- once, BEFORE the process-wide ``GradientState`` is
+   created from the returned plugin: an engine that owns accumulation (DeepSpeed's
+   ``gradient_accumulation_steps``) reconciles it with its own config here.
+5. ``module_init_context(empty_init)`` (only for :class:`SupportsShardedInit`) -- entered by
+   ``Accelerator.init_module()`` around the user's model construction (ZeRO-3 ``zero.Init``,
+   meta-device init for FSDP).
+6. ``setup(models, optimizers, schedulers, dataloaders, ...)`` -- once per ``prepare`` call, with
+   every object of that call together (``prepare_model`` and friends make a call with one
+   object). Data loaders arrive already sharded with ``distributed_sampler_kwargs``, so an
+   engine can read the micro-batch size from them. Models arrive with their forward already
+   running under the precision's autocast. The default calls, in this order:
+   ``setup_module`` for each model; ``setup_optimizer`` for each optimizer, given a map from the
+   parameters the optimizer was built on to the set-up modules' parameters (FSDP2 re-points or
+   rebuilds the optimizer on the sharded ones); ``setup_scheduler`` for each scheduler, given
+   the set-up optimizers; ``process_dataloader`` for each loader (XLA's device loader). An
+   engine that must see model and optimizer together (DeepSpeed) overrides ``setup``. The
+   Accelerator then compiles models, and wraps a scheduler the strategy returned unwrapped in
+   an ``AcceleratedScheduler``.
+7. Each training step: ``backward(loss, **kwargs)`` with the loss divided by the accumulation
+   steps unless ``handles_accumulation``, and NOT scaled: the default backward scales it through
+   ``precision``. Then, when the user asks, ``clip_gradients_norm(module, optimizer, ...)`` or
+   ``clip_gradients_value`` (the Accelerator unscales through ``precision`` first), then
+   ``optimizer_step(optimizer, closure)`` from the prepared optimizer's ``step`` when gradients
+   synchronise (with an fp16 scaler, the precision's scaler drives the step instead).
+   Collectives of the Accelerator (``gather``, ``reduce``, ``gather_for_metrics``...) go through
+   the strategy when it is :class:`SupportsCollectives` (XLA), else through accel_ops.
+8. ``model_state_dict(model)`` on every process when saving (the strategy decides which ranks hold
    what; the caller writes only what the main process returns unless the strategy shards), and
    ``load_model_state_dict(model, state_dict)`` on every process when loading.
-7. Checkpoints (``Accelerator.save_state`` / ``load_state``), in the style of
+9. Checkpoints (``Accelerator.save_state`` / ``load_state``), in the style of
    torch.distributed.checkpoint's ``StorageWriter``: every call below happens on every process,
    in this order, and the strategy decides which process writes which file.
 
@@ -45,80 +70,261 @@ Call order, on every process, for one ``Accelerator``:
       check everything first (keys, shapes, parameter groups), then load, so a mismatch changes
       nothing.
    b. ``load_extra_state(state)`` with what ``checkpoint_extra_state`` returned.
-8. ``teardown()`` -- from ``Accelerator.end_training()``, after every process finished.
+10. ``teardown()`` -- from ``Accelerator.end_training()``, after every process finished.
+
+Questions the rest of accel-core asks instead of comparing distribution types: ``multi_device``,
+``replicates_model`` (LocalSGD), ``reduces_gradients_in_step`` (``GradientState``),
+``make_grad_scaler`` (``get_grad_scaler``), ``plugin`` (``AcceleratorState.deepspeed_plugin``,
+``is_fsdp2``).
 
 Optional abilities are small runtime-checkable protocols, tested with ``isinstance``:
 :class:`SupportsNoSync` (skip gradient synchronisation while accumulating), :class:`SupportsJoin`
-(uneven inputs), :class:`SupportsShardedInit` (build a model directly sharded).
+(uneven inputs), :class:`SupportsShardedInit` (build a model directly sharded),
+:class:`SupportsCollectives` (the engine's own collectives).
 """
 
 from __future__ import annotations
 
 import contextlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 import torch
+from torch.utils.data import DataLoader
 
+from accel_core.strategies.parameters import ParameterMap, match_parameters, repoint_optimizer
 from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
     from accel_core.checkpointing import CheckpointReader, CheckpointWriter
+    from accel_core.gradient_state import GradientAccumulationPlugin
+    from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs
+    from accel_core.precision import Precision
     from accel_core.state import AcceleratorState
+    from accel_ops import DistributedType
+
+#: A learning-rate scheduler as ``prepare`` accepts it (torch's, or an engine's own).
+Scheduler = Any
+#: Any picklable value a collective moves (tensors, nested containers of them, objects).
+CollectiveData = Any
+
+
+@dataclass
+class SetupResult:
+    """What :meth:`Strategy.setup` returns: the set-up objects, in the order they were given."""
+
+    models: list[torch.nn.Module] = field(default_factory=list)
+    optimizers: list[torch.optim.Optimizer] = field(default_factory=list)
+    schedulers: list[Scheduler] = field(default_factory=list)
+    dataloaders: list[DataLoader[Any]] = field(default_factory=list)
 
 
 class Strategy(ABC):
-    """One way of running the training loop: device placement, wrappers, backward, state dicts.
+    """One way of running the training loop: device, setup, precision, backward, state dicts.
 
-    Subclasses set ``name`` (the registry key) and, in ``setup_environment``, ``distributed_type``
-    (an ``accel_ops.DistributedType`` such as ``NO``, ``MULTI_CPU``, ``MULTI_GPU``, ``DEEPSPEED``).
+    Subclasses set ``name`` (the registry key), and in ``setup_environment`` the
+    ``distributed_type`` (an ``accel_ops.DistributedType``) and the device ``root_device`` returns.
+    Abstract: ``setup_environment``, ``root_device``, ``setup_module``.
     """
 
     name: ClassVar[str] = ""
     #: True for engines that divide the loss by the accumulation steps themselves (DeepSpeed);
     #: the Accelerator then passes the loss undivided to ``backward``.
     handles_accumulation: ClassVar[bool] = False
-    distributed_type: Any = None
+    #: Whether ``save_checkpoint`` may run in a background thread on CPU copies of the states.
+    supports_async_save: ClassVar[bool] = True
+    #: Whether every process holds the whole model (LocalSGD averages whole copies).
+    replicates_model: ClassVar[bool] = False
+    #: Whether the engine reduces gradients inside its own step (XLA under FSDP):
+    #: ``GradientState.is_xla_gradients_synced`` then always reads True.
+    reduces_gradients_in_step: ClassVar[bool] = False
+
+    distributed_type: DistributedType | None = None
+    #: The Accelerate-style plugin object this strategy was created from (``DeepSpeedPlugin``,
+    #: ``FullyShardedDataParallelPlugin``...), or None.
+    plugin: object | None = None
+
+    # -- environment and device ----------------------------------------------------------------
 
     @abstractmethod
     def setup_environment(self, state: AcceleratorState) -> None:
         """Check and finish the process environment; called once after the process group exists."""
 
+    @property
     @abstractmethod
-    def wrap_model(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
-        """Move ``model`` to the device (if ``device_placement``) and wrap it for this strategy."""
+    def root_device(self) -> torch.device:
+        """The device this process computes on (``Accelerator.device``)."""
+
+    @property
+    def multi_device(self) -> bool:
+        """Whether processes of this strategy run on several accelerator devices (not CPUs);
+        Accelerate's ``Accelerator.multi_device``."""
+        return False
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """How data loaders are sharded: ``num_replicas`` shards, this process reads ``rank``."""
+        from accel_ops import PartialState
+
+        state = PartialState()
+        return {"num_replicas": state.num_processes, "rank": state.process_index}
+
+    # -- precision and accumulation ------------------------------------------------------------
+
+    def setup_precision(
+        self,
+        mode: str,
+        *,
+        autocast_handler: AutocastKwargs | None = None,
+        scaler_handler: GradScalerKwargs | None = None,
+    ) -> Precision:
+        """Build the precision this strategy owns (``precision`` returns it afterwards)."""
+        from accel_core.precision import Precision
+
+        self._precision = Precision(
+            mode,
+            self.root_device,
+            autocast_handler=autocast_handler,
+            scaler_handler=scaler_handler,
+            scaler_factory=self.make_grad_scaler,
+        )
+        return self._precision
+
+    @property
+    def precision(self) -> Precision:
+        """The precision of this strategy (full precision until ``setup_precision`` ran)."""
+        if getattr(self, "_precision", None) is None:
+            return self.setup_precision("no")
+        return self._precision
+
+    def make_grad_scaler(self, device_type: str, **kwargs: Any) -> torch.amp.GradScaler:
+        """The fp16 gradient scaler of this strategy (FSDP returns torch's sharded one)."""
+        return torch.amp.GradScaler(device_type, **kwargs)
+
+    def configure_accumulation(
+        self, plugin: GradientAccumulationPlugin
+    ) -> GradientAccumulationPlugin:
+        """The accumulation options ``GradientState`` is created from (default: ``plugin``)."""
+        return plugin
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def setup(
+        self,
+        models: Sequence[torch.nn.Module],
+        optimizers: Sequence[torch.optim.Optimizer],
+        schedulers: Sequence[Scheduler],
+        dataloaders: Sequence[DataLoader[Any]],
+        *,
+        model_placement: Sequence[bool] | None = None,
+        optimizer_placement: Sequence[bool] | None = None,
+    ) -> SetupResult:
+        """Set up the objects of one ``prepare`` call together (see the module docstring)."""
+        model_placement = model_placement or [True] * len(models)
+        optimizer_placement = optimizer_placement or [True] * len(optimizers)
+        parameter_map: ParameterMap = getattr(self, "_parameter_map", {})
+        self._parameter_map = parameter_map
+        set_up = SetupResult()
+        for model, placed in zip(models, model_placement, strict=True):
+            before = list(model.named_parameters())
+            module = self.setup_module(model, device_placement=placed)
+            parameter_map.update(match_parameters(before, self.unwrap_model(module)))
+            set_up.models.append(module)
+        for optimizer, placed in zip(optimizers, optimizer_placement, strict=True):
+            set_up.optimizers.append(
+                self.setup_optimizer(optimizer, parameter_map, device_placement=placed)
+            )
+        set_up.schedulers = [self.setup_scheduler(s, set_up.optimizers) for s in schedulers]
+        set_up.dataloaders = [self.process_dataloader(loader) for loader in dataloaders]
+        return set_up
 
     @abstractmethod
-    def wrap_optimizer(
+    def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
+        """Move ``module`` to ``root_device`` (if ``device_placement``) and wrap it."""
+
+    def setup_optimizer(
         self,
         optimizer: torch.optim.Optimizer,
+        parameter_map: ParameterMap,
         *,
         device_placement: bool,
-        scaler: torch.amp.GradScaler | None,
     ) -> torch.optim.Optimizer:
-        """The optimizer the loop steps (an ``AcceleratedOptimizer``, or an engine's)."""
+        """The optimizer the loop steps: ``optimizer`` re-pointed (in place) at the set-up
+        modules' parameters where ``setup_module`` replaced them, in an ``AcceleratedOptimizer``."""
+        from accel_core.optimizer import AcceleratedOptimizer
 
-    @abstractmethod
+        repoint_optimizer(optimizer, parameter_map)
+        return AcceleratedOptimizer(
+            optimizer,
+            device_placement=device_placement,
+            scaler=self.precision.scaler,
+            step_function=self.optimizer_step,
+        )
+
+    def setup_scheduler(
+        self, scheduler: Scheduler, optimizers: Sequence[torch.optim.Optimizer]
+    ) -> Scheduler:
+        """The scheduler as the strategy wants it (default: unchanged; the Accelerator wraps it)."""
+        return scheduler
+
+    def process_dataloader(self, dataloader: DataLoader[Any]) -> DataLoader[Any]:
+        """The sharded ``dataloader`` as this strategy iterates it (default: unchanged)."""
+        return dataloader
+
+    # -- the training step ---------------------------------------------------------------------
+
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backpropagate ``loss`` (already divided by the accumulation steps and scaled)."""
+        """Backpropagate ``loss`` (divided by the accumulation steps, not yet scaled): the
+        precision scales it, then ``backward``."""
+        self.precision.backward(loss, **kwargs)
 
-    @abstractmethod
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        closure: Callable[[], Any] | None = None,
+    ) -> Any:
+        """Step the inner ``optimizer`` (XLA: ``xm.optimizer_step``); returns the closure's loss."""
+        return optimizer.step(closure) if closure is not None else optimizer.step()
+
     def clip_gradients_norm(
-        self, parameters: Iterable[torch.nn.Parameter], max_norm: float, norm_type: float = 2.0
+        self,
+        module: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        parameters: Iterable[torch.nn.Parameter] | None = None,
     ) -> torch.Tensor:
-        """Clip the total gradient norm of ``parameters`` to ``max_norm``; return it (before)."""
+        """Clip the total gradient norm to ``max_norm``; return it (before clipping).
 
-    @abstractmethod
+        ``module`` is the prepared model the parameters belong to (None when they belong to none
+        of them), ``optimizer`` the prepared optimizer holding them (or None); ``parameters``
+        defaults to the module's. A sharded strategy computes the norm over every shard (FSDP:
+        the module's ``clip_grad_norm_``); an engine clips itself. Gradients are unscaled already.
+        """
+        if parameters is None:
+            if module is None:
+                raise ValueError("clip_gradients_norm needs a module or parameters")
+            parameters = module.parameters()
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_gradients_value(
+        self, parameters: Iterable[torch.nn.Parameter], clip_value: float
+    ) -> None:
+        """Clamp every gradient of ``parameters`` into ``[-clip_value, clip_value]``."""
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    # -- state dicts and checkpoints -----------------------------------------------------------
+
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The state dict of the unwrapped model, gathered as this strategy requires."""
+        return self.unwrap_model(model, keep_fp32_wrapper=False).state_dict()
 
-    @abstractmethod
     def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
         """Load ``state_dict`` into the (wrapped) model."""
-
-    #: Whether ``save_checkpoint`` may run in a background thread on CPU copies of the states.
-    supports_async_save: ClassVar[bool] = True
+        self.unwrap_model(model).load_state_dict(state_dict)
 
     def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
         """The state dict of each prepared model, as written into a checkpoint.
@@ -178,12 +384,6 @@ class Strategy(ABC):
     def load_extra_state(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
         """Restore what :meth:`checkpoint_extra_state` returned."""
 
-    def clip_gradients_value(
-        self, parameters: Iterable[torch.nn.Parameter], clip_value: float
-    ) -> None:
-        """Clamp every gradient of ``parameters`` into ``[-clip_value, clip_value]``."""
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
-
     def unwrap_model(
         self,
         model: torch.nn.Module,
@@ -206,7 +406,7 @@ class Strategy(ABC):
 class SupportsNoSync(Protocol):
     """A strategy that can skip gradient synchronisation for one backward pass."""
 
-    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
         """A context in which backward passes through ``model`` do not synchronise gradients."""
         ...
 
@@ -215,17 +415,58 @@ class SupportsNoSync(Protocol):
 class SupportsJoin(Protocol):
     """A strategy that can train on inputs of different lengths per process."""
 
-    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager[Any]:
+    def join(self, joinables: list[torch.nn.Module]) -> contextlib.AbstractContextManager[object]:
         """A context in which processes that ran out of batches shadow the collectives of others."""
         ...
 
 
 @runtime_checkable
 class SupportsShardedInit(Protocol):
-    """A strategy that can build a model directly sharded or on the meta device."""
+    """A strategy that can build a model directly sharded or on the meta device.
+
+    ``Accelerator.init_module(empty_init)`` enters this context around the user's model
+    construction (DeepSpeed ZeRO-3: ``deepspeed.zero.Init``; FSDP: meta device on the ranks
+    that will receive their weights from rank 0).
+    """
 
     def module_init_context(
         self, empty_init: bool | None = None
-    ) -> contextlib.AbstractContextManager[Any]:
+    ) -> contextlib.AbstractContextManager[object]:
         """A context under which modules are created the way this strategy wants them."""
         ...
+
+
+@runtime_checkable
+class SupportsCollectives(Protocol):
+    """A strategy whose engine has its own collectives (XLA): the Accelerator's ``gather``,
+    ``gather_for_metrics``, ``reduce`` and ``broadcast`` go through these instead of accel_ops."""
+
+    def gather(self, data: CollectiveData) -> CollectiveData:
+        """Concatenate ``data`` (tensors, nested) from every process along dim 0."""
+        ...
+
+    def gather_object(self, obj: object) -> list[object]:
+        """Every process's picklable ``obj``, in rank order (lists are concatenated)."""
+        ...
+
+    def reduce(
+        self, data: CollectiveData, reduction: str = "sum", scale: float = 1.0
+    ) -> CollectiveData:
+        """Reduce ``data`` across processes (``"sum"``, ``"mean"``, ``"none"``)."""
+        ...
+
+    def broadcast(self, data: CollectiveData, from_process: int = 0) -> CollectiveData:
+        """``from_process``'s ``data`` on every process."""
+        ...
+
+
+__all__ = [
+    "CollectiveData",
+    "Scheduler",
+    "SetupResult",
+    "Strategy",
+    "SupportsCollectives",
+    "SupportsJoin",
+    "SupportsNoSync",
+    "SupportsShardedInit",
+]

@@ -10,9 +10,25 @@ import torch
 
 from accel_core.kwargs_handlers import DistributedDataParallelKwargs
 from accel_core.strategies.single_device import SingleDeviceStrategy
+from accel_ops import DistributedType
 
 if TYPE_CHECKING:
+    from accel_core.kwargs_handlers import KwargsHandler
     from accel_core.state import AcceleratorState
+
+#: Distributed types of several accelerator devices (Accelerate's ``multi_device``); not CPU.
+MULTI_DEVICE_TYPES = frozenset(
+    {
+        DistributedType.MULTI_GPU,
+        DistributedType.MULTI_MLU,
+        DistributedType.MULTI_SDAA,
+        DistributedType.MULTI_MUSA,
+        DistributedType.MULTI_NPU,
+        DistributedType.MULTI_XPU,
+        DistributedType.MULTI_HPU,
+        DistributedType.MULTI_NEURON,
+    }
+)
 
 
 class DDPStrategy(SingleDeviceStrategy):
@@ -25,7 +41,7 @@ class DDPStrategy(SingleDeviceStrategy):
 
     name = "ddp"
 
-    def __init__(self, kwargs_handlers: Sequence[Any] = (), **options: Any) -> None:
+    def __init__(self, kwargs_handlers: Sequence[KwargsHandler] = (), **options: Any) -> None:
         super().__init__(kwargs_handlers)
         given = [h for h in kwargs_handlers if isinstance(h, DistributedDataParallelKwargs)]
         try:
@@ -53,11 +69,15 @@ class DDPStrategy(SingleDeviceStrategy):
         self.local_process_index = state.local_process_index
         self.distributed_type = state.partial.distributed_type
 
-    def wrap_model(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
-        """Move ``model`` to the device and wrap it in DDP (models without trainable parameters
+    @property
+    def multi_device(self) -> bool:
+        """Whether the processes run on accelerator devices (GPUs, XPUs...), not CPUs."""
+        return self.distributed_type in MULTI_DEVICE_TYPES
+
+    def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
+        """Move ``module`` to the device and wrap it in DDP (models without trainable parameters
         are left unwrapped: there is nothing to average)."""
-        if device_placement:
-            model = model.to(self.device)
+        model = module.to(self.device) if device_placement else module
         if not any(p.requires_grad for p in model.parameters()):
             return model
         device_ids = [self.device.index or 0] if self.device.type == "cuda" else None
@@ -81,7 +101,7 @@ class DDPStrategy(SingleDeviceStrategy):
             return inner.no_sync()
         return contextlib.nullcontext()
 
-    def join(self, joinables: list[Any]) -> contextlib.AbstractContextManager[Any]:
+    def join(self, joinables: list[torch.nn.Module]) -> contextlib.AbstractContextManager[Any]:
         """torch's ``Join`` context over the DDP models in ``joinables``."""
         from torch.distributed.algorithms import Join
 

@@ -6,10 +6,13 @@ The Accelerator calls :func:`resolve_strategy` once and then only uses what it r
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from accel_core.strategies.base import Strategy
 from accel_core.strategies.registry import create_strategy
+
+if TYPE_CHECKING:
+    from accel_core.kwargs_handlers import KwargsHandler
 
 
 def default_strategy_name(world_size: int) -> str:
@@ -21,10 +24,10 @@ def resolve_strategy(
     strategy: str | Strategy | None,
     *,
     launch_strategy: str | None,
-    launch_options: Mapping[str, Any] | None,
+    launch_options: Mapping[str, object] | None,
     world_size: int,
-    kwargs_handlers: Sequence[Any] = (),
-    plugins: Mapping[str, Any] | None = None,
+    kwargs_handlers: Sequence[KwargsHandler] = (),
+    plugins: Mapping[str, object | None] | None = None,
 ) -> Strategy:
     """The strategy to use, created but not yet set up.
 
@@ -39,7 +42,10 @@ def resolve_strategy(
         return create_strategy(str(strategy), kwargs_handlers=kwargs_handlers)
     for name, plugin in (plugins or {}).items():
         if plugin is not None:
-            return create_strategy(name, kwargs_handlers=kwargs_handlers, plugin=plugin)
+            chosen = create_strategy(name, kwargs_handlers=kwargs_handlers, plugin=plugin)
+            if chosen.plugin is None:
+                chosen.plugin = plugin
+            return chosen
     if launch_strategy:
         return create_strategy(
             launch_strategy, kwargs_handlers=kwargs_handlers, **dict(launch_options or {})

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
 
 import torch
 
 from accel_core.strategies.base import Strategy
 
 if TYPE_CHECKING:
+    from accel_core.kwargs_handlers import KwargsHandler
     from accel_core.state import AcceleratorState
 
 
@@ -20,8 +21,9 @@ class SingleDeviceStrategy(Strategy):
     """
 
     name = "single_device"
+    replicates_model: ClassVar[bool] = True
 
-    def __init__(self, kwargs_handlers: Sequence[Any] = (), **options: Any) -> None:
+    def __init__(self, kwargs_handlers: Sequence[KwargsHandler] = (), **options: object) -> None:
         if options:
             raise TypeError(
                 f"strategy {self.name!r} takes no options, got {sorted(options)}; remove them "
@@ -42,36 +44,16 @@ class SingleDeviceStrategy(Strategy):
         self.device = state.device
         self.distributed_type = DistributedType.NO
 
-    def wrap_model(self, model: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
-        """Move ``model`` to the device when ``device_placement``; no wrapper."""
-        return model.to(self.device) if device_placement else model
+    @property
+    def root_device(self) -> torch.device:
+        """The process state's device (CPU, ``cuda:N``, ``mps``...)."""
+        return self.device
 
-    def wrap_optimizer(
-        self,
-        optimizer: torch.optim.Optimizer,
-        *,
-        device_placement: bool,
-        scaler: torch.amp.GradScaler | None,
-    ) -> torch.optim.Optimizer:
-        """An ``AcceleratedOptimizer`` around ``optimizer``."""
-        from accel_core.optimizer import AcceleratedOptimizer
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """One shard, read by this process."""
+        return {"num_replicas": 1, "rank": 0}
 
-        return AcceleratedOptimizer(optimizer, device_placement=device_placement, scaler=scaler)
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """``loss.backward(**kwargs)``."""
-        loss.backward(**kwargs)
-
-    def clip_gradients_norm(
-        self, parameters: Iterable[torch.nn.Parameter], max_norm: float, norm_type: float = 2.0
-    ) -> torch.Tensor:
-        """``torch.nn.utils.clip_grad_norm_`` (gradients are whole on every process)."""
-        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
-
-    def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The unwrapped model's ``state_dict()`` (the same on every process)."""
-        return self.unwrap_model(model, keep_fp32_wrapper=False).state_dict()
-
-    def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
-        """Load into the unwrapped model."""
-        self.unwrap_model(model).load_state_dict(state_dict)
+    def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
+        """Move ``module`` to the device when ``device_placement``; no wrapper."""
+        return module.to(self.device) if device_placement else module

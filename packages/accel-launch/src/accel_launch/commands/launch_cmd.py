@@ -89,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
     if args.module and args.no_python:
         raise AccelLaunchError("--module and --no_python cannot be combined")
     plan = load_plan(args)
+    if plan.strategy == "deepspeed":
+        from accel_launch.launch.deepspeed_settings import deepspeed_rows
+
+        deepspeed_rows(plan)  # a key the DeepSpeed file and the launch disagree on stops here
     env = accel_environment(plan)
     if args.dry_run:
         from accel_launch.launch.dryrun import format_plan

@@ -36,6 +36,10 @@ def format_plan(
     ]
     if plan.strategy_config:
         lines += ["", f"strategy config: {env.get('ACCEL_STRATEGY_CONFIG')}"]
+    if plan.strategy == "deepspeed":
+        from accel_launch.launch.deepspeed_settings import deepspeed_rows, format_deepspeed_rows
+
+        lines += ["", *format_deepspeed_rows(deepspeed_rows(plan))]
     lines += ["", "worker environment (set by accel launch):"]
     lines += [f"  {key}={value}" for key, value in sorted(env.items())]
     if port is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from accel_launch.errors import AccelLaunchError
+from accel_launch.launch.deepspeed_settings import sources_variable
 from accel_launch.launch.ports import free_port, is_port_in_use
 from accel_launch.launch.resolve import LaunchPlan, Value
 
@@ -35,6 +36,7 @@ def accel_environment(plan: LaunchPlan) -> dict[str, str]:
     if plan.strategy is not None:
         env["ACCEL_STRATEGY"] = plan.strategy
         env["ACCEL_STRATEGY_CONFIG"] = json.dumps(plan.strategy_config, sort_keys=True)
+        env.update(sources_variable(plan))
     if plan["gradient_accumulation_steps"] is not None:
         env["ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan["gradient_accumulation_steps"])
     threads = plan["num_cpu_threads_per_process"]
