@@ -133,9 +133,7 @@ class _CountingStrategy(SingleDeviceStrategy):
 
     def setup_optimizer(self, optimizer, parameter_map, *, device_placement):
         self.calls.append("setup_optimizer")
-        return super().setup_optimizer(
-            optimizer, parameter_map, device_placement=device_placement
-        )
+        return super().setup_optimizer(optimizer, parameter_map, device_placement=device_placement)
 
     def setup_scheduler(self, scheduler, optimizers):
         self.calls.append("setup_scheduler")
@@ -208,8 +206,10 @@ def _backend_branches(path: Path) -> list[str]:
         return f"{path.name}:{node.lineno}"
 
     def names_backend(node: ast.AST) -> bool:
-        return isinstance(node, ast.Constant) and isinstance(node.value, str) and bool(
-            _BACKEND_WORDS.match(node.value)
+        return (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and bool(_BACKEND_WORDS.match(node.value))
         )
 
     def asks_kind(node: ast.AST) -> bool:

@@ -89,8 +89,11 @@ class GradientState:
 
     @property
     def initialized(self) -> bool:
-        """Whether a ``GradientState`` was constructed since the last ``_reset_state``."""
-        return bool(GradientState._shared_state)
+        """Whether a ``GradientState`` was constructed since the last ``_reset_state``.
+
+        Keyed on ``plugin_kwargs``: a loader iterator that outlived ``_reset_state`` may still
+        write its own bookkeeping into the shared dict, which must not count as initialised."""
+        return "plugin_kwargs" in GradientState._shared_state
 
     def _plugin_value(self, name: str) -> Any:
         value = self.plugin_kwargs.get(name)

@@ -49,11 +49,6 @@ class SingleDeviceStrategy(Strategy):
         """The process state's device (CPU, ``cuda:N``, ``mps``...)."""
         return self.device
 
-    @property
-    def distributed_sampler_kwargs(self) -> dict[str, int]:
-        """One shard, read by this process."""
-        return {"num_replicas": 1, "rank": 0}
-
     def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         """Move ``module`` to the device when ``device_placement``; no wrapper."""
         return module.to(self.device) if device_placement else module
