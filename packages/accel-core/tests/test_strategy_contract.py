@@ -3,10 +3,14 @@ gloo on CPU), and a check that the contract fails strategies that break it."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
+from accel_core.strategies.ddp import DDPStrategy
 from accel_core.strategies.single_device import SingleDeviceStrategy
+from accel_testing.processes import WorkersFailed
 from accel_testing.strategy_contract import (
     CHECKS,
     StrategyContract,
@@ -74,3 +78,21 @@ def test_the_contract_fails_a_strategy_that_breaks_it(strategy, check, message, 
 def test_a_check_runs_on_a_callable_factory(tmp_path):
     check_checkpoint_round_trip(SingleDeviceStrategy, tmp_path)
     assert (tmp_path / "checkpoint").is_dir()
+
+
+class SyncsEveryBatch(DDPStrategy):
+    """Claims no-sync but synchronises anyway (what the accumulation check must catch)."""
+
+    name = "syncs_every_batch"
+
+    def no_sync(self, model):
+        return contextlib.nullcontext()
+
+
+def test_the_contract_on_processes_fails_a_no_sync_that_syncs(tmp_path):
+    class _Broken(StrategyContract):
+        strategy_factory = f"{__name__}:SyncsEveryBatch"  # workers get this process's sys.path
+        num_processes = 2
+
+    with pytest.raises(WorkersFailed, match="batch 0: gradients equal=True"):
+        _Broken().test_contract("every_check_on_2_processes", tmp_path)

@@ -295,31 +295,42 @@ def contract_worker() -> None:
 
 
 class StrategyContract:
-    """Pytest base class: set ``strategy_factory`` ("module:attribute") and ``num_processes``."""
+    """Pytest base class: set ``strategy_factory`` ("module:attribute") and ``num_processes``.
+
+    It holds one test, ``test_contract``: with one process, one test per check, run in the test
+    process; with several, one test that starts the workers and runs every check in each.
+    """
 
     strategy_factory: ClassVar[str] = ""
     num_processes: ClassVar[int] = 1
     #: Seconds the workers of a several-process run may take in all.
     timeout: ClassVar[float] = 240.0
 
-    @pytest.mark.parametrize("check", list(CHECKS))
-    def test_contract_check(self, check: str, tmp_path: Path) -> None:
-        """One check, in this process (strategies of one process)."""
-        if self.num_processes != 1:
-            pytest.skip(f"runs on {self.num_processes} processes: see test_contract_on_processes")
-        run_contract(load_factory(self.strategy_factory), tmp_path, [check])
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Parametrize ``test_contract`` by check (one process) or once (several)."""
+        if metafunc.function.__name__ != "test_contract":
+            return
+        if self.num_processes == 1:
+            metafunc.parametrize("check", list(CHECKS))
+        else:
+            metafunc.parametrize("check", [f"every_check_on_{self.num_processes}_processes"])
 
-    def test_contract_on_processes(self, tmp_path: Path) -> None:
-        """Every check in each of ``num_processes`` real processes (distributed strategies)."""
+    def test_contract(self, check: str, tmp_path: Path) -> None:
+        """Run ``check`` here, or every check in ``num_processes`` real processes."""
+        if self.num_processes == 1:
+            run_contract(load_factory(self.strategy_factory), tmp_path, [check])
+            return
         from accel_testing.processes import run_workers
 
-        if self.num_processes == 1:
-            pytest.skip("one process: see test_contract_check")
         results = run_workers(
             self.num_processes,
             function=f"{__file__}::contract_worker",
             args=[self.strategy_factory, str(tmp_path)],
-            env={"TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir())},
+            # The workers import the factory the way this process can (a test module too).
+            env={
+                "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
+                "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+            },
             timeout=self.timeout,
         )
         for result in results:
