@@ -4,6 +4,8 @@ clipping given the module, sharded init, collectives, and the questions accel-co
 
 from __future__ import annotations
 
+import weakref
+
 import pytest
 import torch
 
@@ -58,9 +60,21 @@ def test_repoint_moves_optimizer_state_along():
     param.grad = torch.ones(2)
     optimizer.step()
     new = torch.nn.Parameter(param.detach().clone())
-    assert repoint_optimizer(optimizer, {id(param): (param, new)}) == 1
+    assert repoint_optimizer(optimizer, {id(param): (weakref.ref(param), weakref.ref(new))}) == 1
     assert optimizer.param_groups[0]["params"][0] is new
     assert int(optimizer.state[new]["step"]) == 1 and param not in optimizer.state
+
+
+def test_the_parameter_map_keeps_no_parameter_alive():
+    accelerator = Accelerator(strategy=_ReplacingStrategy())
+    model = torch.nn.Linear(3, 1)
+    original = weakref.ref(model.weight)
+    model = accelerator.prepare(model)
+    set_up = weakref.ref(model.weight)
+    assert original() is None  # only the optimizer would have kept it, and there is none
+    accelerator.free_memory()
+    del model
+    assert set_up() is None
 
 
 class _HalfShardStrategy(SingleDeviceStrategy):

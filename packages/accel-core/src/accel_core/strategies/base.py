@@ -100,7 +100,12 @@ from accel_core.strategies.abilities import (
     SupportsNoSync,
     SupportsShardedInit,
 )
-from accel_core.strategies.parameters import ParameterMap, match_parameters, repoint_optimizer
+from accel_core.strategies.parameters import (
+    ParameterMap,
+    match_parameters,
+    prune,
+    repoint_optimizer,
+)
 from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
@@ -228,7 +233,9 @@ class Strategy(ABC):
         """Set up the objects of one ``prepare`` call together (see the module docstring)."""
         model_placement = model_placement or [True] * len(models)
         optimizer_placement = optimizer_placement or [True] * len(optimizers)
+        # Kept between prepare calls: an optimizer may be prepared after its model.
         parameter_map: ParameterMap = getattr(self, "_parameter_map", {})
+        prune(parameter_map)
         self._parameter_map = parameter_map
         set_up = SetupResult()
         for model, placed in zip(models, model_placement, strict=True):

@@ -3,19 +3,20 @@ for sharded ones, so an optimizer built before ``prepare`` must be pointed at th
 
 ``Strategy.setup`` records, for every model, which parameter each name held before
 ``setup_module`` and which it holds after; :func:`repoint_optimizer` then swaps them in the
-optimizer's parameter groups (and drops state kept for the old tensors, which an optimizer built
-before ``prepare`` has not got yet).
+optimizer's parameter groups (moving any state kept for the old tensor to the new one).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import torch
 
-#: ``id(old parameter) -> (old parameter, new parameter)``, only for replaced parameters. The old
-#: parameter is kept alive so its id can't be reused by another tensor.
-ParameterMap = dict[int, tuple[torch.nn.Parameter, torch.nn.Parameter]]
+#: ``id(old parameter) -> (old, new)``, only for replaced parameters, both held weakly: the map
+#: keeps neither the full-size originals nor the set-up parameters alive (``free_memory`` frees
+#: them), and a dead original can't be mistaken for a new tensor that reuses its id.
+ParameterMap = dict[int, tuple[weakref.ref[torch.nn.Parameter], weakref.ref[torch.nn.Parameter]]]
 
 
 def match_parameters(
@@ -27,7 +28,7 @@ def match_parameters(
     for name, old in before:
         new = after.get(name)
         if new is not None and new is not old:
-            replaced[id(old)] = (old, new)
+            replaced[id(old)] = (weakref.ref(old), weakref.ref(new))
     return replaced
 
 
@@ -40,11 +41,19 @@ def repoint_optimizer(optimizer: torch.optim.Optimizer, parameter_map: Parameter
         params = group["params"]
         for index, param in enumerate(params):
             entry = parameter_map.get(id(param))
-            if entry is None or entry[0] is not param:
+            if entry is None or entry[0]() is not param:
                 continue
-            new = entry[1]
+            new = entry[1]()
+            if new is None:
+                continue
             params[index] = new
             if param in optimizer.state:
                 optimizer.state[new] = optimizer.state.pop(param)
             count += 1
     return count
+
+
+def prune(parameter_map: ParameterMap) -> None:
+    """Drop the entries whose original or replacement is gone."""
+    for key in [k for k, (old, new) in parameter_map.items() if old() is None or new() is None]:
+        del parameter_map[key]
