@@ -40,7 +40,9 @@ def test_reset_state_clears_for_every_instance():
     state = PartialState()
     PartialState._reset_state()
     assert not accel_ops.is_initialized()
-    with pytest.raises(AttributeError, match=r"state was reset .* PartialState\(\)"):
+    # In Accelerate's words (its test_script.py matches them), plus what to do.
+    expected = r"This happens if `PartialState._reset_state\(\)` was called .* PartialState\(\)"
+    with pytest.raises(AttributeError, match=expected):
         _ = state.num_processes
     assert PartialState().num_processes == 1
 

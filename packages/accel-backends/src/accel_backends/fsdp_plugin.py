@@ -70,8 +70,11 @@ class FullyShardedDataParallelPlugin(FSDPPluginSettings):
         state_dict_type: ``FULL_STATE_DICT`` (FSDP 1 default), ``SHARDED_STATE_DICT`` (FSDP 2
             default) or ``LOCAL_STATE_DICT`` (FSDP 1).
         state_dict_config, optim_state_dict_config: torch's configs (derived from the type).
-        limit_all_gathers, use_orig_params, param_init_fn, sync_module_states,
-            forward_prefetch: FSDP 1 options.
+        limit_all_gathers: FSDP 1 option.
+        use_orig_params: FSDP 1 option.
+        param_init_fn: FSDP 1 option.
+        sync_module_states: FSDP 1 option.
+        forward_prefetch: FSDP 1 option.
         activation_checkpointing: recompute activations in backward (default false).
         activation_checkpointing_offload: keep checkpointed inputs on CPU (FSDP 2 only).
         cpu_ram_efficient_loading: only rank 0 loads pretrained weights (default false).
