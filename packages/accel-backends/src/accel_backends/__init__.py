@@ -83,6 +83,9 @@ _EXPORTS = {
     "prepare_optimizer": "out_of_scope_megatron_engine",
     "prepare_scheduler": "out_of_scope_megatron_engine",
     "install_xla": "xla_install",
+    "DeepSpeedConfigConflict": "deepspeed_sources",
+    "ResolvedDeepSpeedConfig": "deepspeed_sources",
+    "Sourced": "deepspeed_sources",
 }
 
 __all__ = sorted([*_EXPORTS, "PROVIDED_STRATEGIES", "__version__"])
