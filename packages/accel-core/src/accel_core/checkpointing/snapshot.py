@@ -6,6 +6,7 @@ changing the originals while a background thread writes the copy.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -101,9 +102,38 @@ def take(
         snapshot.weights, snapshot.optimizer_states = [], []
     if copy:
         earlier = staging or {}
+        pending: list[tuple[torch.Tensor, torch.Tensor]] = []
         for name in STAGED_FIELDS:
-            setattr(snapshot, name, copy_to_cpu(getattr(snapshot, name), earlier.get(name)))
+            copied = copy_to_cpu(getattr(snapshot, name), earlier.get(name), pending=pending)
+            setattr(snapshot, name, copied)
+        run_copies(pending)
     return snapshot
+
+
+#: Copies into kept CPU buffers run on this many threads (``copy_`` releases the GIL): memory
+#: bandwidth, not one core, is then the limit while the other processes wait at the save.
+COPY_THREADS = 2
+
+
+def run_copies(pending: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    """Do each ``(destination, source)`` copy, split by bytes over :data:`COPY_THREADS` threads."""
+    if len(pending) < 2:
+        for destination, source in pending:
+            destination.copy_(source)
+        return
+    shares: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in range(COPY_THREADS)]
+    loads = [0] * COPY_THREADS
+    for pair in sorted(pending, key=lambda p: -p[1].numel() * p[1].element_size()):
+        least = loads.index(min(loads))
+        shares[least].append(pair)
+        loads[least] += pair[1].numel() * pair[1].element_size()
+
+    def copy_share(share: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for destination, source in share:
+            destination.copy_(source)
+
+    with ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="accel-stage") as pool:
+        list(pool.map(copy_share, shares))
 
 
 #: The snapshot fields an asynchronous save copies (and keeps, to copy into next time).
@@ -165,13 +195,18 @@ def _total_batch_size(loader: Any) -> int | None:
 
 
 def copy_to_cpu(
-    value: Any, reuse: Any = None, memo: dict[tuple, torch.Tensor] | None = None
+    value: Any,
+    reuse: Any = None,
+    memo: dict[tuple, torch.Tensor] | None = None,
+    pending: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> Any:
     """A deep copy of ``value`` whose tensors are detached CPU copies (pinned for CUDA ones).
 
     ``reuse`` is an earlier copy of the same structure: tensors of the same shape and dtype are
     copied into it instead of into new memory (no page faults, no pinning). Views of one storage
-    (tied weights) stay one copy.
+    (tied weights) stay one copy. With ``pending``, the copies of CPU tensors into ``reuse`` are
+    appended to it as ``(destination, source)`` instead of done: the caller runs them
+    (:func:`run_copies`) before using the result.
     """
     memo = {} if memo is None else memo
     if isinstance(value, torch.Tensor):
@@ -185,7 +220,11 @@ def copy_to_cpu(
             and reuse.shape == value.shape
             and reuse.dtype == value.dtype
         ):
-            copied = reuse.copy_(source, non_blocking=value.device.type == "cuda")
+            if pending is not None and value.device.type == "cpu":
+                pending.append((reuse, source))
+                copied = reuse
+            else:
+                copied = reuse.copy_(source, non_blocking=value.device.type == "cuda")
         elif value.device.type == "cuda":
             pinned = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
             copied = pinned.copy_(source, non_blocking=True)
@@ -196,12 +235,12 @@ def copy_to_cpu(
     if isinstance(value, dict):
         earlier = reuse if isinstance(reuse, dict) else {}
         return type(value)(
-            (key, copy_to_cpu(item, earlier.get(key), memo)) for key, item in value.items()
+            (key, copy_to_cpu(item, earlier.get(key), memo, pending)) for key, item in value.items()
         )
     if isinstance(value, (list, tuple)):
         earlier = reuse if isinstance(reuse, (list, tuple)) and len(reuse) == len(value) else None
         items = [
-            copy_to_cpu(item, earlier[i] if earlier is not None else None, memo)
+            copy_to_cpu(item, earlier[i] if earlier is not None else None, memo, pending)
             for i, item in enumerate(value)
         ]
         return items if isinstance(value, list) else tuple(items)
