@@ -1,4 +1,5 @@
 import importlib.metadata
+from pathlib import Path
 
 import accel_backends
 
@@ -7,7 +8,13 @@ def test_installs_with_its_declared_version():
     assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == "0.2.0"
 
 
-def test_registers_no_strategy_yet():
-    assert accel_backends.PROVIDED_STRATEGIES == ()
+def test_registers_the_fsdp_strategy():
+    assert accel_backends.PROVIDED_STRATEGIES == ("fsdp",)
+    pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+    section = pyproject.split('[project.entry-points."accel.strategies"]\n')[1].split("\n\n")[0]
+    assert section == 'fsdp = "accel_backends.fsdp_strategy:FSDPStrategy"'
+    declared = {"fsdp": "accel_backends.fsdp_strategy:FSDPStrategy"}
+    # Installed metadata (older until the package is reinstalled) never names another one.
     group = importlib.metadata.entry_points(group="accel.strategies")
-    assert not [ep for ep in group if ep.value.startswith("accel_backends")]
+    ours = {ep.name: ep.value for ep in group if ep.value.startswith("accel_backends")}
+    assert ours.items() <= declared.items()

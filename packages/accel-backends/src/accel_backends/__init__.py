@@ -2,9 +2,9 @@
 
 This release holds the configuration objects and helpers of Hugging Face Accelerate 1.15
 (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``, ``ParallelismConfig``, ``fsdp_utils``,
-``deepspeed`` utilities) and registers no strategy yet: what needs a strategy raises
-``StrategyNotBuiltError`` naming it, and choosing ``deepspeed``, ``fsdp`` or ``xla`` in accel-core
-fails with an error that names the known strategies. Megatron-LM and tensor, context and
+``deepspeed`` utilities) and the ``fsdp`` strategy (FSDP2, :class:`FSDPStrategy`). What needs a
+strategy not built yet (DeepSpeed, XLA, FSDP version 1) raises ``StrategyNotBuiltError`` naming
+it. Megatron-LM and tensor, context and
 sequence parallelism are out of scope: their names port, using them raises ``OutOfScopeError``.
 
 Public names are imported from their modules on first use.
@@ -17,8 +17,8 @@ from typing import Any
 
 __version__ = "0.2.0"
 
-#: Strategies this package registers in the ``accel.strategies`` entry-point group (none yet).
-PROVIDED_STRATEGIES: tuple[str, ...] = ()
+#: Strategies this package registers in the ``accel.strategies`` entry-point group.
+PROVIDED_STRATEGIES: tuple[str, ...] = ("fsdp",)
 
 # public name -> module of accel_backends that defines it
 _EXPORTS = {
@@ -34,6 +34,7 @@ _EXPORTS = {
     "get_active_deepspeed_plugin": "deepspeed_wrappers",
     "map_pytorch_optim_to_deepspeed": "deepspeed_wrappers",
     "FullyShardedDataParallelPlugin": "fsdp_plugin",
+    "FSDPStrategy": "fsdp_strategy",
     "merge_fsdp_weights": "fsdp_checkpoint_files",
     "read_distributed_checkpoint": "fsdp_checkpoint_files",
     "enable_fsdp_ram_efficient_loading": "fsdp_helpers",

@@ -1,0 +1,385 @@
+"""The ``fsdp`` strategy: FSDP2 (``torch.distributed.fsdp.fully_shard``), sharded for real.
+
+Every process holds one shard of each parameter, gradient and optimizer state (a ``DTensor``
+over a one-dimensional mesh of every process); forward and backward all-gather the parameters of
+one unit at a time and reduce-scatter its gradients. Runs wherever the process group has
+all-gather and reduce-scatter: NCCL on GPUs, gloo on CPUs (torch >= 2.6).
+
+Selected by ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))``, by
+``ACCEL_STRATEGY=fsdp`` (``accel launch``; ``ACCEL_STRATEGY_CONFIG`` holds the ``fsdp_config``
+keys), or ``Accelerator(strategy="fsdp")``. Without a plugin the strategy builds one and defaults
+to FSDP version 2 (Accelerate's plugin defaults to 1). FSDP version 1 is not built yet.
+
+Checkpoints (``save_state``): ``SHARDED_STATE_DICT`` (FSDP2's default) writes each process's
+shards through torch.distributed.checkpoint into Accelerate's ``pytorch_model_fsdp_<i>/`` and
+``optimizer_<i>/`` folders; ``FULL_STATE_DICT`` gathers everything to process 0, which writes
+``model[_i].safetensors`` and ``optimizer[_i].bin``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import weakref
+from collections.abc import Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+
+from accel_backends import fsdp_dcp
+from accel_backends.errors import StrategyNotBuiltError
+from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+from accel_core.strategies import Strategy
+from accel_ops import DistributedType
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from accel_core.checkpointing import CheckpointReader, CheckpointWriter
+    from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs, KwargsHandler
+    from accel_core.precision import Precision
+    from accel_core.state import AcceleratorState
+    from accel_core.strategies.parameters import ParameterMap
+
+_PLUGIN_FIELDS = frozenset(f.name for f in dataclasses.fields(FullyShardedDataParallelPlugin))
+
+
+class FSDPStrategy(Strategy):
+    """Shard models with FSDP2 as a :class:`~accel_backends.FullyShardedDataParallelPlugin` says.
+
+    Args:
+        kwargs_handlers: the Accelerator's handlers (none concerns FSDP).
+        plugin: the plugin to follow; built from ``options`` (and the launch environment) when
+            not given.
+        **options: fields of ``FullyShardedDataParallelPlugin`` (``reshard_after_forward``,
+            ``state_dict_type``...), or the ``fsdp_config`` keys that ``accel launch`` passed in
+            ``ACCEL_STRATEGY_CONFIG`` (the plugin reads those from there itself).
+
+    Raises:
+        TypeError: for an option that is neither.
+        StrategyNotBuiltError: for FSDP version 1.
+    """
+
+    name = "fsdp"
+    replicates_model: ClassVar[bool] = False
+    #: DCP's save is a collective: it can't run in a background thread beside training.
+    supports_async_save: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        kwargs_handlers: Sequence[KwargsHandler] = (),
+        plugin: FullyShardedDataParallelPlugin | None = None,
+        **options: Any,
+    ) -> None:
+        self.kwargs_handlers = tuple(kwargs_handlers)
+        if plugin is None:
+            plugin = _plugin_from_options(options)
+        elif options:
+            raise TypeError(
+                f"strategy 'fsdp' got a plugin and options {sorted(options)}; set them on the plugin"
+            )
+        if not isinstance(plugin, FullyShardedDataParallelPlugin):
+            raise TypeError(
+                f"strategy 'fsdp' needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}"
+            )
+        if plugin.fsdp_version != 2:
+            raise StrategyNotBuiltError(
+                f"FSDP version {plugin.fsdp_version} is not built yet in accel-backends; use FSDP2: "
+                "FullyShardedDataParallelPlugin(fsdp_version=2), or `fsdp_version: 2` in the "
+                "fsdp_config of the launch config file."
+            )
+        self.plugin: FullyShardedDataParallelPlugin = plugin
+        self.device = torch.device("cpu")
+        self.mesh: DeviceMesh | None = None
+        # inner optimizer -> the set-up model it steps (DCP's optimizer state dicts need both)
+        self._owners: weakref.WeakKeyDictionary[torch.optim.Optimizer, torch.nn.Module] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._models: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+    # -- environment ---------------------------------------------------------------------------
+
+    def setup_environment(self, state: AcceleratorState) -> None:
+        """Require a process group; build the mesh of every process on this process's device."""
+        from torch.distributed.device_mesh import init_device_mesh
+
+        if not torch.distributed.is_available() or not torch.distributed.is_initialized():
+            raise RuntimeError(
+                "strategy 'fsdp' needs a process group, and none was initialised: start the "
+                "script with `accel launch` or `torchrun` (which set RANK and WORLD_SIZE)."
+            )
+        if self.plugin.activation_checkpointing:
+            raise StrategyNotBuiltError(
+                "activation_checkpointing under the fsdp strategy is not built yet; leave it False"
+            )
+        self.device = state.device
+        self.distributed_type = DistributedType.FSDP
+        self.mesh = init_device_mesh(self.device.type, (state.num_processes,))
+
+    @property
+    def root_device(self) -> torch.device:
+        """The process state's device (CPU under gloo, ``cuda:N`` under NCCL)."""
+        return self.device
+
+    def setup_precision(
+        self,
+        mode: str,
+        *,
+        autocast_handler: AutocastKwargs | None = None,
+        scaler_handler: GradScalerKwargs | None = None,
+    ) -> Precision:
+        """The Accelerator's precision; with ``fp16``/``bf16`` and no policy on the plugin, the
+        plugin's mixed-precision policy follows it (as in Accelerate)."""
+        if mode in ("fp16", "bf16") and self.plugin.mixed_precision_policy is None:
+            self.plugin.set_mixed_precision(mode)
+        return super().setup_precision(
+            mode, autocast_handler=autocast_handler, scaler_handler=scaler_handler
+        )
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
+        """Move ``module`` to the device and shard it in place (see :mod:`accel_backends.
+        fsdp_sharding`); models without trainable parameters are left as they are."""
+        from accel_backends.fsdp_sharding import shard_model
+
+        model = module.to(self.device) if device_placement else module
+        if not any(p.requires_grad for p in model.parameters()):
+            return model
+        if self.mesh is None:
+            raise RuntimeError("strategy 'fsdp': setup_environment must run before setup_module")
+        shard_model(self.unwrap_model(model), self.plugin, self.mesh, self.device)
+        self._models.add(model)
+        return model
+
+    def setup_optimizer(
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameter_map: ParameterMap,
+        *,
+        device_placement: bool,
+    ) -> torch.optim.Optimizer:
+        """Re-point ``optimizer`` at the sharded parameters (the default) and remember which
+        model it steps."""
+        prepared = super().setup_optimizer(
+            optimizer, parameter_map, device_placement=device_placement
+        )
+        stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for model in self._models:
+            if stepped & {id(p) for p in model.parameters()}:
+                self._owners[optimizer] = model
+                break
+        return prepared
+
+    # -- the training step ---------------------------------------------------------------------
+
+    def clip_gradients_norm(
+        self,
+        module: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        parameters: Iterable[torch.nn.Parameter] | None = None,
+    ) -> torch.Tensor:
+        """Clip over every shard (torch's ``clip_grad_norm_`` reduces DTensor norms across the
+        mesh); returns the total norm before clipping as a plain tensor."""
+        norm = super().clip_gradients_norm(
+            module, optimizer, max_norm, norm_type, parameters=parameters
+        )
+        return _full(norm)
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
+        """Backward passes keep unsharded gradients locally instead of reduce-scattering them
+        (``set_requires_gradient_sync(False)``); the next synchronising backward reduces the sum."""
+        return _gradient_sync_off(self.unwrap_model(model))
+
+    # -- state dicts ---------------------------------------------------------------------------
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The full state dict, gathered on every process (plain tensors)."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        return get_model_state_dict(self.unwrap_model(model), options=_options(full=True))
+
+    def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
+        """Load a full state dict (the same on every process) into the sharded model;
+        ``state_dict`` is left as it was (torch replaces the entries of the dict it is given
+        by their shards)."""
+        from torch.distributed.checkpoint.state_dict import set_model_state_dict
+
+        inner = self.unwrap_model(model)
+        set_model_state_dict(inner, dict(state_dict), options=_options(full=True))
+
+    @property
+    def _full_checkpoints(self) -> bool:
+        from torch.distributed.fsdp import StateDictType
+
+        return self.plugin.state_dict_type == StateDictType.FULL_STATE_DICT
+
+    def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
+        """Each model's shards (``SHARDED_STATE_DICT``), or its full state dict on process 0
+        (empty elsewhere) for ``FULL_STATE_DICT``."""
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+        options = _options(full=self._full_checkpoints, cpu_offload=self._full_checkpoints)
+        return [get_model_state_dict(self.unwrap_model(m), options=options) for m in models]
+
+    def checkpoint_optimizer_states(
+        self, optimizers: list[torch.optim.Optimizer]
+    ) -> list[dict[str, Any]]:
+        """Each optimizer's state keyed by parameter name (DCP's form), sharded or full."""
+        from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+        options = _options(full=self._full_checkpoints, cpu_offload=self._full_checkpoints)
+        return [
+            get_optimizer_state_dict(self._owner(o), _inner(o), options=options) for o in optimizers
+        ]
+
+    def save_checkpoint(
+        self,
+        writer: CheckpointWriter,
+        weights: list[dict[str, Any]],
+        optimizer_states: list[dict[str, Any]],
+        *,
+        safe_serialization: bool = True,
+    ) -> None:
+        """Sharded: every process writes its shards of each model and optimizer through DCP.
+        Full: process 0 writes ``model[_i].safetensors`` and ``optimizer[_i].bin``."""
+        if self._full_checkpoints:
+            if writer.rank == 0:
+                super().save_checkpoint(
+                    writer, weights, optimizer_states, safe_serialization=safe_serialization
+                )
+            return
+        for index, state in enumerate(weights):
+            fsdp_dcp.save_section(writer, fsdp_dcp.model_folder(index), "model", state)
+        for index, state in enumerate(optimizer_states):
+            fsdp_dcp.save_section(writer, fsdp_dcp.optimizer_folder(index), "optimizer", state)
+
+    def load_checkpoint(
+        self,
+        reader: CheckpointReader,
+        models: list[torch.nn.Module],
+        optimizers: list[torch.optim.Optimizer],
+        *,
+        map_location: str | torch.device = "cpu",
+        strict: bool = True,
+    ) -> None:
+        """Read a sharded checkpoint through DCP (any number of processes wrote it), or a full
+        one (``model.safetensors``), whichever the folder holds."""
+        if models and not reader.exists(f"{fsdp_dcp.model_folder(0)}/.metadata"):
+            self._load_full(reader, models, optimizers, strict=strict)
+            return
+        from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        sharded = _options(full=False, strict=strict)
+        loaded = []
+        for index, model in enumerate(models):
+            inner = self.unwrap_model(model)
+            template = get_model_state_dict(inner, options=sharded)
+            folder = fsdp_dcp.model_folder(index)
+            loaded.append(fsdp_dcp.load_section(reader, folder, "model", template, strict=strict))
+        for model, state in zip(models, loaded, strict=True):
+            set_model_state_dict(self.unwrap_model(model), state, options=sharded)
+        for index, optimizer in enumerate(optimizers):
+            owner, inner_optimizer = self._owner(optimizer), _inner(optimizer)
+            template = get_optimizer_state_dict(owner, inner_optimizer, options=sharded)
+            folder = fsdp_dcp.optimizer_folder(index)
+            state = fsdp_dcp.load_section(reader, folder, "optimizer", template, strict=strict)
+            set_optimizer_state_dict(owner, inner_optimizer, state, options=sharded)
+
+    def _load_full(
+        self,
+        reader: CheckpointReader,
+        models: list[torch.nn.Module],
+        optimizers: list[torch.optim.Optimizer],
+        *,
+        strict: bool,
+    ) -> None:
+        from torch.distributed.checkpoint.state_dict import (
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        from accel_core.checkpointing import names
+
+        options = _options(full=True, strict=strict)
+        states = [reader.read_tensors(names.model_file(i)) for i in range(len(models))]
+        optimizer_states = [
+            reader.read_object(names.optimizer_file(i)) for i in range(len(optimizers))
+        ]
+        for model, state in zip(models, states, strict=True):
+            set_model_state_dict(self.unwrap_model(model), dict(state), options=options)
+        for optimizer, state in zip(optimizers, optimizer_states, strict=True):
+            set_optimizer_state_dict(
+                self._owner(optimizer), _inner(optimizer), state, options=options
+            )
+
+    def _owner(self, optimizer: torch.optim.Optimizer) -> torch.nn.Module:
+        owner = self._owners.get(_inner(optimizer))
+        if owner is None:
+            raise ValueError(
+                "strategy 'fsdp': this optimizer steps none of the prepared models; prepare the "
+                "model with (or before) its optimizer."
+            )
+        return self.unwrap_model(owner)
+
+
+def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlugin:
+    from accel_backends.launch_settings import LaunchSettings
+
+    settings = LaunchSettings("fsdp")
+    fields = {k: v for k, v in options.items() if k in _PLUGIN_FIELDS}
+    launch_keys = {k: v for k, v in options.items() if k not in _PLUGIN_FIELDS}
+    unread = sorted(k for k, v in launch_keys.items() if settings.config.get(k) != v)
+    if unread:
+        raise TypeError(
+            f"strategy 'fsdp' got options {unread} that are neither FullyShardedDataParallelPlugin "
+            f"fields nor the launch's ACCEL_STRATEGY_CONFIG; valid options: "
+            f"{', '.join(sorted(_PLUGIN_FIELDS))}."
+        )
+    if "fsdp_version" not in fields and settings.get("fsdp_version") is None:
+        fields["fsdp_version"] = 2  # the strategy's default: FSDP2 (the plugin's is 1)
+    return FullyShardedDataParallelPlugin(**fields)
+
+
+def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> StateDictOptions:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=full, cpu_offload=cpu_offload, strict=strict)
+
+
+def _inner(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The torch optimizer inside ``AcceleratedOptimizer`` wrappers."""
+    from accel_core.optimizer import AcceleratedOptimizer
+
+    while isinstance(optimizer, AcceleratedOptimizer):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
+
+
+@contextlib.contextmanager
+def _gradient_sync_off(model: torch.nn.Module) -> Iterator[None]:
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        yield
+        return
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)
