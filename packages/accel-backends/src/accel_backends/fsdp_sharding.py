@@ -2,8 +2,9 @@
 
 The plugin's auto-wrap policy picks the sub-modules that become their own FSDP unit (transformer
 layer classes, modules above a size, or none); each is sharded bottom-up, then the root, so every
-parameter ends up in exactly one unit. ``reshard_after_forward``, the mixed-precision policy, the
-offload policy and the ignored modules come from the plugin.
+parameter ends up in exactly one unit. Containers (``ModuleList``, ``ModuleDict``) are never a
+unit of their own: torch shards only modules with a forward. ``reshard_after_forward``, the
+mixed-precision policy, the offload policy and the ignored modules come from the plugin.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
     from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+
+
+#: Modules ``fully_shard`` refuses (they have no forward of their own).
+_CONTAINERS = (torch.nn.ModuleList, torch.nn.ModuleDict)
 
 
 def fully_shard_options(
@@ -56,7 +61,9 @@ def shard_model(
     units: list[str] = []
     if policy is not None:
         for name, child in get_module_children_bottom_up(model, return_fqns=True)[:-1]:
-            if policy(child) and any(True for _ in child.parameters()):
+            if isinstance(child, _CONTAINERS) or not any(True for _ in child.parameters()):
+                continue  # torch refuses containers without a forward; nothing to shard
+            if policy(child):
                 fully_shard(child, **options)
                 units.append(name)
     ignored = get_parameters_from_modules(plugin.ignored_modules, model, device)

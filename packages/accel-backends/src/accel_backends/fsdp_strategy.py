@@ -77,17 +77,19 @@ class FSDPStrategy(Strategy):
             plugin = _plugin_from_options(options)
         elif options:
             raise TypeError(
-                f"strategy 'fsdp' got a plugin and options {sorted(options)}; set them on the plugin"
+                f"strategy 'fsdp' got a plugin and options {sorted(options)}; set them on the "
+                "plugin"
             )
         if not isinstance(plugin, FullyShardedDataParallelPlugin):
             raise TypeError(
-                f"strategy 'fsdp' needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}"
+                "strategy 'fsdp' needs a FullyShardedDataParallelPlugin, got "
+                f"{type(plugin).__name__}"
             )
         if plugin.fsdp_version != 2:
             raise StrategyNotBuiltError(
-                f"FSDP version {plugin.fsdp_version} is not built yet in accel-backends; use FSDP2: "
-                "FullyShardedDataParallelPlugin(fsdp_version=2), or `fsdp_version: 2` in the "
-                "fsdp_config of the launch config file."
+                f"FSDP version {plugin.fsdp_version} is not built yet in accel-backends; use "
+                "FSDP2: FullyShardedDataParallelPlugin(fsdp_version=2), or `fsdp_version: 2` in "
+                "the fsdp_config of the launch config file."
             )
         self.plugin: FullyShardedDataParallelPlugin = plugin
         self.device = torch.device("cpu")
