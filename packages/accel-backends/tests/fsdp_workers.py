@@ -50,15 +50,20 @@ def new_model(seed: int = 0) -> torch.nn.Module:
     return Net().double()
 
 
-def train(accelerator, model, optimizer, steps: range) -> list[float]:
-    """Train over ``steps``; the mean loss over processes of each step."""
+def train(accelerator, model, optimizer, steps: range, unsynced: list | None = None) -> list[float]:
+    """Train over ``steps`` (batches, under ``accumulate``); the mean loss over processes of
+    each. ``unsynced`` collects, for each batch that did not synchronise, whether every
+    gradient of the model was still unset (no reduce-scatter happened)."""
     losses = []
     for step in steps:
         inputs, targets = batch(step, accelerator.process_index)
-        loss = torch.nn.functional.mse_loss(model(inputs), targets)
-        accelerator.backward(loss)
-        optimizer.step()
-        optimizer.zero_grad()
+        with accelerator.accumulate(model):
+            loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            accelerator.backward(loss)
+            if unsynced is not None and not accelerator.sync_gradients:
+                unsynced.append(all(p.grad is None for p in model.parameters()))
+            optimizer.step()
+            optimizer.zero_grad()
         losses.append(float(accelerator.reduce(loss.detach(), reduction="mean")))
     return losses
 
@@ -89,14 +94,14 @@ def fsdp_versus_ddp() -> None:
     from accel_core.strategies import register_strategy
     from accel_ops import DistributedType
 
-    out, steps = Path(sys.argv[1]), int(sys.argv[2])
+    out, steps, accumulation = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     register_strategy("fsdp", FSDPStrategy)  # installed metadata may predate the entry point
     plugin = FullyShardedDataParallelPlugin(
         fsdp_version=2,
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=["Block"],
     )
-    accelerator = Accelerator(fsdp_plugin=plugin)
+    accelerator = Accelerator(fsdp_plugin=plugin, gradient_accumulation_steps=accumulation)
     strategy = accelerator.strategy
     chosen = {
         "strategy": type(strategy).__name__,
@@ -110,11 +115,13 @@ def fsdp_versus_ddp() -> None:
     inner = accelerator.unwrap_model(model)
     chosen["units"] = _units(inner)
     chosen["sharded_rows"] = int(inner.inp.weight.to_local().shape[0])
-    fsdp_losses = train(accelerator, model, optimizer, range(steps))
+    unsynced: list[bool] = []
+    fsdp_losses = train(accelerator, model, optimizer, range(steps), unsynced)
+    chosen["unsynced_grads_unset"] = unsynced
     fsdp_weights = _full_weights(accelerator, model)
     _reset()
 
-    accelerator = Accelerator(strategy="ddp")
+    accelerator = Accelerator(strategy="ddp", gradient_accumulation_steps=accumulation)
     model = new_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
     model, optimizer = accelerator.prepare(model, optimizer)

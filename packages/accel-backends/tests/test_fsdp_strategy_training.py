@@ -34,8 +34,9 @@ def _run(function: str, args: list[str], env: dict[str, str] | None = None) -> N
     )
 
 
-def test_fsdp2_trains_like_ddp_exactly_in_float64(tmp_path):
-    _run("fsdp_versus_ddp", [str(tmp_path), str(STEPS)])
+@pytest.mark.parametrize("accumulation", [1, 2])
+def test_fsdp2_trains_like_ddp_exactly_in_float64(tmp_path, accumulation):
+    _run("fsdp_versus_ddp", [str(tmp_path), str(STEPS), str(accumulation)])
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["chosen"] == {
         "strategy": "FSDPStrategy",
@@ -45,6 +46,9 @@ def test_fsdp2_trains_like_ddp_exactly_in_float64(tmp_path):
         # transformer-based wrapping: each Block its own unit, then the root
         "units": ["", "blocks.0", "blocks.1"],
         "sharded_rows": 4,  # inp.weight is 8 x 4: each of the 2 processes holds 4 rows
+        # under no-sync (every other batch with 2 accumulation steps) nothing was
+        # reduce-scattered: the sharded gradients stay unset until the synchronising batch
+        "unsynced_grads_unset": [True] * (STEPS // 2 if accumulation == 2 else 0),
     }
     fsdp, ddp = results["fsdp_losses"], results["ddp_losses"]
     assert fsdp[-1] < fsdp[0] / 2, fsdp
@@ -52,7 +56,8 @@ def test_fsdp2_trains_like_ddp_exactly_in_float64(tmp_path):
     # reduce-scatter and an all-reduce both add the same two numbers (addition of two operands
     # is commutative, so the order can't differ), and both average by halving, which is exact
     # in binary floating point. Forward and backward run on the same full weights, and AdamW is
-    # elementwise, so sharding changes no rounding. More processes would need a tolerance.
+    # elementwise, so sharding changes no rounding. With accumulation both sum the two local
+    # gradients in the same order before communicating. More processes would need a tolerance.
     assert fsdp == ddp
     weights = torch.load(tmp_path / "weights.pt")
     assert weights["fsdp"].keys() == weights["ddp"].keys()
