@@ -70,9 +70,10 @@ def refuse_unsupported(config: ParallelismConfigLike | None) -> None:
     shards = _size(config, "dp_shard_size")
     if shards > 1:
         raise NotImplementedError(
-            f"ParallelismConfig(dp_shard_size={shards}) shards the model with FSDP, and "
-            "accel-backends does not provide the FSDP strategy yet; set dp_shard_size=1 to train "
-            "with data parallelism (the ddp strategy)."
+            f"ParallelismConfig(dp_shard_size={shards}) shards the model with FSDP through the "
+            "device mesh, which accel does not do yet; pass "
+            "fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2) to shard over every "
+            "process, or set dp_shard_size=1 to train with data parallelism (the ddp strategy)."
         )
 
 
