@@ -3,18 +3,21 @@
 On every process: write this process's files into the temporary folder, then tell the writers
 what was written (or what failed). The writer of each node writes the manifest and renames the
 folder into place only if every process succeeded; then everyone returns. A failure on any
-process is raised on every process, and the previous checkpoint is untouched.
+process is raised on every process, the partial folder is removed, and the previous checkpoint is
+untouched. Before writing, each process checks that the filesystem has room for its files
+(:mod:`~accel_core.checkpointing.disk_space`).
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from accel_core.checkpointing import folders, names
-from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing import disk_space, folders, names
+from accel_core.checkpointing.errors import CheckpointError, failure_text
 from accel_core.checkpointing.folder_io import CheckpointWriter
 from accel_core.checkpointing.snapshot import Snapshot
 
@@ -33,10 +36,11 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
     records: dict[str, Any] = {}
     try:
         snapshot.temporary.mkdir(parents=True, exist_ok=True)
+        disk_space.check_free_space(snapshot)
         _write(snapshot, strategy, writer)
         records = writer.finish()
     except Exception as caught:  # reported to every process below, then raised
-        error = f"rank {snapshot.rank}: {type(caught).__name__}: {caught}"
+        error = f"rank {snapshot.rank}: {failure_text(caught)}"
         logger.error("save_state failed on rank %d", snapshot.rank, exc_info=True)
     finally:
         writer.close()
@@ -56,6 +60,8 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
     # The writers' rename is the last step: the second exchange tells everyone how it went.
     errors += [e for e in _exchange(errors[0] if errors else None, snapshot.world_size, group) if e]
     if errors:
+        if snapshot.is_writer:  # every process is past its writes: drop the partial folder
+            shutil.rmtree(snapshot.temporary, ignore_errors=True)
         raise CheckpointError(
             f"save_state could not write {snapshot.target}; the previous checkpoint is "
             f"unchanged. {errors[0]}"

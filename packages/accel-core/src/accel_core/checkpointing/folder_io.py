@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from accel_core.checkpointing import safe_load
-from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing.errors import CheckpointError, failure_text
 from accel_core.checkpointing.manifest import FileRecord, Manifest, file_checksum, new_checksum
 
 
@@ -68,15 +68,22 @@ class CheckpointWriter:
 
         from accel_core.serialization import clean_state_dict_for_safetensors
 
-        save_file(clean_state_dict_for_safetensors(tensors), self.path(name), {"format": "pt"})
+        path = self.path(name)
+        try:
+            save_file(clean_state_dict_for_safetensors(tensors), path, {"format": "pt"})
+        except Exception as caught:
+            raise CheckpointError(f"writing {path} failed: {failure_text(caught)}") from caught
         self.record(name)
 
     def write_object(self, name: str, obj: Any) -> None:
         """Write ``obj`` with ``torch.save`` (its checksum computed from the bytes written)."""
         path = self.path(name)
-        with open(path, "wb") as handle:
-            stream = _ChecksummedFile(handle)
-            torch.save(obj, stream)
+        try:
+            with open(path, "wb") as handle:
+                stream = _ChecksummedFile(handle)
+                torch.save(obj, stream)
+        except Exception as caught:
+            raise CheckpointError(f"writing {path} failed: {failure_text(caught)}") from caught
         self.records[name] = FileRecord(path.stat().st_size, stream.checksum.hexdigest(), self.rank)
 
     def finish(self) -> dict[str, FileRecord]:
