@@ -156,3 +156,24 @@ def test_a_reload_in_process_fills_the_optimizers_own_tensors_and_keeps_no_file_
     for key, value in saved.items():
         assert torch.equal(_optimizer_tensors(optimizer)[key], value), key
     optimizer.step()  # and it trains on
+
+
+def test_a_first_load_copies_out_of_the_mapped_file_and_keeps_no_mapping(tmp_path):
+    accelerator, model, optimizer = _optimizer_setup(0)
+    folder = Path(accelerator.save_state(tmp_path / "ckpt"))
+    saved = {key: value.clone() for key, value in _optimizer_tensors(optimizer).items()}
+    fresh = Accelerator()
+    fresh_model = _model(1)
+    fresh_optimizer = torch.optim.AdamW(fresh_model.parameters(), lr=0.1)
+    fresh_model, fresh_optimizer = fresh.prepare(fresh_model, fresh_optimizer)
+    assert not fresh_optimizer.state_dict()["state"]  # a resumed run: no state yet
+    fresh.load_state(folder)
+    path = folder / "optimizer.bin"
+    with open(path, "r+b") as handle:
+        handle.write(bytes(path.stat().st_size))
+    after = _optimizer_tensors(fresh_optimizer)
+    assert set(after) == set(saved)
+    for key, value in saved.items():
+        assert torch.equal(after[key], value), key
+    fresh_model(torch.randn(5, 3)).square().mean().backward()
+    fresh_optimizer.step()  # its state is its own memory: it trains on
