@@ -4,6 +4,7 @@ clipping given the module, sharded init, collectives, and the questions accel-co
 
 from __future__ import annotations
 
+import types
 import weakref
 
 import pytest
@@ -257,3 +258,27 @@ def test_optional_abilities_are_protocols():
     assert isinstance(_RecordingStrategy(), SupportsShardedInit)
     assert not isinstance(SingleDeviceStrategy(), SupportsCollectives)
     assert not isinstance(SingleDeviceStrategy(), SupportsShardedInit)
+
+
+class _PluginStrategy(SingleDeviceStrategy):
+    plugin_slot = "fsdp_plugin"
+
+    def __init__(self, plugin: object) -> None:
+        super().__init__()
+        self.plugin = plugin
+
+
+def test_a_strategy_chosen_without_a_plugin_shows_its_own_in_the_state_slot():
+    plugin = types.SimpleNamespace(fsdp_version=2)
+    accelerator = Accelerator(strategy=_PluginStrategy(plugin))
+    assert accelerator.state.fsdp_plugin is plugin
+    assert accelerator.state.is_fsdp2
+    assert accelerator.state.deepspeed_plugins is None
+
+
+def test_a_plugin_given_to_the_accelerator_is_not_replaced_by_the_strategys():
+    given, own = types.SimpleNamespace(fsdp_version=1), types.SimpleNamespace(fsdp_version=2)
+    state = AcceleratorState(fsdp_plugin=given)
+    state._set_strategy(_PluginStrategy(own))
+    assert state.fsdp_plugin is given
+    assert not state.is_fsdp2  # the strategy was not built from the given plugin

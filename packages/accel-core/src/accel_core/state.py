@@ -137,6 +137,9 @@ class AcceleratorState:
     def _set_strategy(self, strategy: Strategy) -> None:
         """Record the strategy chosen by the Accelerator (after its ``setup_environment``)."""
         self.strategy = strategy
+        slot = strategy.plugin_slot
+        if slot is not None and strategy.plugin is not None and getattr(self, slot) is None:
+            setattr(self, slot, strategy.plugin)
         if strategy.distributed_type is not None:
             self.distributed_type = strategy.distributed_type
 

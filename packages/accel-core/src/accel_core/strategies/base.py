@@ -154,6 +154,10 @@ class Strategy(ABC):
     #: The Accelerate-style plugin object this strategy was created from (``DeepSpeedPlugin``,
     #: ``FullyShardedDataParallelPlugin``...), or None.
     plugin: object | None = None
+    #: The ``AcceleratorState`` attribute Accelerate keeps that plugin in (``"fsdp_plugin"``,
+    #: ``"deepspeed_plugins"``). When the launch chose the strategy and the Accelerator was given
+    #: no plugin, the state shows the strategy's own there, as Accelerate's state does.
+    plugin_slot: ClassVar[str | None] = None
 
     # -- environment and device ----------------------------------------------------------------
 
