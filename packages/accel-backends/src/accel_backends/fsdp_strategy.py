@@ -62,6 +62,7 @@ class FSDPStrategy(Strategy):
     """
 
     name = "fsdp"
+    plugin_slot: ClassVar[str | None] = "fsdp_plugin"
     replicates_model: ClassVar[bool] = False
     #: DCP's save is a collective: it can't run in a background thread beside training.
     supports_async_save: ClassVar[bool] = False
