@@ -1,4 +1,4 @@
-"""The fsdp_utils helpers that need no strategy, and the calls that wait for the FSDP strategy."""
+"""The fsdp_utils helpers that need no strategy (the others: test_fsdp_strategy_calls.py)."""
 
 from __future__ import annotations
 
@@ -17,16 +17,10 @@ from accel_backends import (
     ensure_weights_retied,
     fsdp2_apply_ac,
     fsdp2_canonicalize_names,
-    fsdp2_load_full_state_dict,
     fsdp2_prepare_auto_wrap_policy,
-    fsdp2_prepare_model,
     fsdp2_switch_optimizer_parameters,
     get_fsdp2_grad_scaler,
     get_parameters_from_modules,
-    load_fsdp_model,
-    load_fsdp_optimizer,
-    save_fsdp_model,
-    save_fsdp_optimizer,
 )
 
 
@@ -164,19 +158,3 @@ def test_grad_scaler_takes_its_arguments():
     scaler = get_fsdp2_grad_scaler(device="cpu", init_scale=8.0, enabled=True)
     assert isinstance(scaler, torch.amp.GradScaler)
     assert scaler.get_scale() == 8.0
-
-
-@pytest.mark.parametrize(
-    ("call", "args"),
-    [
-        (save_fsdp_model, (None, None, None, "out")),
-        (load_fsdp_model, (None, None, None, "in")),
-        (save_fsdp_optimizer, (None, None, None, None, "out")),
-        (load_fsdp_optimizer, (None, None, None, None, "in")),
-        (fsdp2_prepare_model, (None, None)),
-        (fsdp2_load_full_state_dict, (None, None, {})),
-    ],
-)
-def test_strategy_calls_say_the_strategy_is_not_built(call, args):
-    with pytest.raises(StrategyNotBuiltError, match=f"{call.__name__} needs the FSDP strategy"):
-        call(*args)

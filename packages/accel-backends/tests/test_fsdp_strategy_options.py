@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
+import torch
 
 from accel_backends import FSDPStrategy, FullyShardedDataParallelPlugin, StrategyNotBuiltError
 from accel_core.strategies import create_strategy, register_strategy, resolve_strategy
@@ -84,6 +86,20 @@ def test_the_resolver_picks_it_from_the_plugin_and_from_the_name(registered_fsdp
     assert isinstance(create_strategy("FSDP"), FSDPStrategy)
 
 
-def test_setup_environment_needs_a_process_group():
+def test_several_processes_need_the_launch_to_form_the_process_group():
+    state = SimpleNamespace(num_processes=2, device=torch.device("cpu"))
     with pytest.raises(RuntimeError, match="strategy 'fsdp' needs a process group"):
-        FSDPStrategy().setup_environment(None)  # type: ignore[arg-type]
+        FSDPStrategy().setup_environment(state)  # type: ignore[arg-type]
+
+
+def test_one_process_gets_a_group_of_its_own_until_teardown():
+    strategy = FSDPStrategy()
+    state = SimpleNamespace(num_processes=1, device=torch.device("cpu"))
+    strategy.setup_environment(state)  # type: ignore[arg-type]
+    try:
+        assert torch.distributed.is_initialized()
+        assert torch.distributed.get_world_size() == 1 and torch.distributed.get_backend() == "gloo"
+        assert strategy.mesh is not None and strategy.mesh.size() == 1
+    finally:
+        strategy.teardown()
+    assert not torch.distributed.is_initialized()

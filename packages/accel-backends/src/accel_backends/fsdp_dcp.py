@@ -30,14 +30,36 @@ def optimizer_folder(index: int) -> str:
     return f"{OPTIMIZER_FOLDER}_{index}"
 
 
-def save_section(writer: CheckpointWriter, folder: str, section: str, state: Any) -> None:
-    """``dcp.save({section: state})`` into ``writer.path(folder)`` (a collective: every process
-    calls it), then record the files this process wrote."""
+def save_folder(target: str | Path, section: str, state: Any) -> None:
+    """``dcp.save({section: state})`` into the folder ``target``, created if missing (a
+    collective: every process calls it and writes its own shards)."""
     import torch.distributed.checkpoint as dcp
 
-    target = writer.path(folder)
-    target.mkdir(parents=True, exist_ok=True)
+    Path(target).mkdir(parents=True, exist_ok=True)
     dcp.save({section: state}, storage_writer=dcp.FileSystemWriter(str(target)))
+
+
+def load_folder(source: str | Path, section: str, template: Any, *, strict: bool = True) -> Any:
+    """Fill ``template`` (a state dict of this process's shards) from the DCP folder ``source``,
+    saved by any number of processes (a collective). DCP plans the whole read first: a missing
+    key (with ``strict``) or a shape mismatch raises before anything is read."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    state = {section: template}
+    dcp.load(
+        state,
+        storage_reader=dcp.FileSystemReader(str(source)),
+        planner=DefaultLoadPlanner(allow_partial_load=not strict),
+    )
+    return state[section]
+
+
+def save_section(writer: CheckpointWriter, folder: str, section: str, state: Any) -> None:
+    """:func:`save_folder` into ``writer.path(folder)`` (a collective: every process calls it),
+    then record the files this process wrote."""
+    target = writer.path(folder)
+    save_folder(target, section, state)
     for path in sorted(target.glob(f"__{writer.rank}_*.distcp")):
         writer.record(f"{folder}/{path.name}")
     if writer.rank == 0:
@@ -49,20 +71,10 @@ def load_section(
 ) -> Any:
     """Fill ``template`` (a state dict of the right shards) from ``reader.path(folder)``.
 
-    Every file of the folder is checked against the manifest first; DCP then plans the whole
-    read (missing keys and shape mismatches raise there) before it reads anything.
+    Every file of the folder is checked against the manifest first; then :func:`load_folder`.
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
-
     _verify_folder(reader, folder)
-    state = {section: template}
-    dcp.load(
-        state,
-        storage_reader=dcp.FileSystemReader(str(reader.path(folder))),
-        planner=DefaultLoadPlanner(allow_partial_load=not strict),
-    )
-    return state[section]
+    return load_folder(reader.path(folder), section, template, strict=strict)
 
 
 def _verify_folder(reader: CheckpointReader, folder: str) -> None:

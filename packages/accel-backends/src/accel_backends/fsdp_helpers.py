@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 import torch
 
 from accel_backends.errors import strategy_not_built
-from accel_core.module_inspection import get_module_children_bottom_up, get_module_class_from_name
+from accel_core.module_inspection import get_module_class_from_name
 
 if TYPE_CHECKING:
     from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
@@ -158,26 +158,15 @@ def fsdp2_apply_ac(accelerator: _AcceleratorWithFSDP, model: torch.nn.Module) ->
     """Wrap the layers the plugin's auto-wrap policy picks in activation checkpointing.
 
     With ``activation_checkpointing_offload`` the saved inputs also go to CPU. The model is
-    changed in place and returned. Raises ``StrategyNotBuiltError`` when ``accelerator`` has no
-    FSDP plugin.
+    changed in place and returned (see :mod:`accel_backends.fsdp_activation_checkpointing`).
+    Raises ``StrategyNotBuiltError`` when ``accelerator`` has no FSDP plugin.
     """
-    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import (
-        checkpoint_wrapper,
-        offload_wrapper,
-    )
+    from accel_backends.fsdp_activation_checkpointing import checkpoint_layers
 
     plugin = getattr(accelerator.state, "fsdp_plugin", None)
     if plugin is None:
         raise strategy_not_built("FSDP", "fsdp2_apply_ac (an Accelerator with an FSDP plugin)")
-    policy = fsdp2_prepare_auto_wrap_policy(plugin, model)
-    if policy is None:
-        return model
-    for name, layer in get_module_children_bottom_up(model, return_fqns=True)[:-1]:
-        if policy(layer):
-            wrapped = checkpoint_wrapper(layer, preserve_rng_state=False)
-            if plugin.activation_checkpointing_offload:
-                wrapped = offload_wrapper(wrapped)
-            model.set_submodule(name, wrapped)
+    checkpoint_layers(model, plugin)
     return model
 
 

@@ -2,9 +2,10 @@
 
 The plugin reads and normalises options into torch's FSDP objects (sharding strategy or
 ``reshard_after_forward``, offload, prefetch, state dict type, auto-wrap policy, mixed precision);
-the FSDP strategy (not built yet) applies them. Unset fields come from the launch environment
-(``ACCEL_STRATEGY_CONFIG`` of ``accel launch``), then Accelerate's ``FSDP_*`` variables, then
-Accelerate's defaults: FSDP 1 unless ``fsdp_version=2`` is given.
+the FSDP strategy (:class:`~accel_backends.FSDPStrategy`, FSDP2) applies them. Unset fields
+come from the launch environment (``ACCEL_STRATEGY_CONFIG`` of ``accel launch``), then
+Accelerate's ``FSDP_*`` variables, then Accelerate's defaults: FSDP 1 unless ``fsdp_version=2``
+is given.
 
 Differences from Accelerate: ``sync_module_states`` on a machine without accelerators
 initialises on CPU (Accelerate raises), and a value that can't be read names its variable.

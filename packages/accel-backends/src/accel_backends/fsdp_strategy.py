@@ -10,10 +10,17 @@ Selected by ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_versio
 keys), or ``Accelerator(strategy="fsdp")``. Without a plugin the strategy builds one and defaults
 to FSDP version 2 (Accelerate's plugin defaults to 1). FSDP version 1 is not built yet.
 
+``prepare`` shards as :func:`accel_backends.fsdp_sharding.shard_model` says: activation
+checkpointing of the policy's layers (parameter names then show ``_checkpoint_wrapped_module``,
+state dicts and checkpoints don't), fp32 master weights under mixed precision, loading from
+process 0 with ``cpu_ram_efficient_loading``; CPU offload on a CPU run changes nothing. One
+process works too (the strategy forms a group of one).
+
 Checkpoints (``save_state``): ``SHARDED_STATE_DICT`` (FSDP2's default) writes each process's
 shards through torch.distributed.checkpoint into Accelerate's ``pytorch_model_fsdp_<i>/`` and
 ``optimizer_<i>/`` folders; ``FULL_STATE_DICT`` gathers everything to process 0, which writes
-``model[_i].safetensors`` and ``optimizer[_i].bin``.
+``model[_i].safetensors`` and ``optimizer[_i].bin``. Both load on any number of processes
+(DCP reshards; full state dicts are sharded as they load).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from accel_backends import fsdp_dcp
 from accel_backends.errors import StrategyNotBuiltError
 from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel_core.strategies import Strategy
+from accel_core.strategies.parameters import ParameterMap, prune
 from accel_ops import DistributedType
 
 if TYPE_CHECKING:
@@ -40,7 +48,6 @@ if TYPE_CHECKING:
     from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs, KwargsHandler
     from accel_core.precision import Precision
     from accel_core.state import AcceleratorState
-    from accel_core.strategies.parameters import ParameterMap
 
 _PLUGIN_FIELDS = frozenset(f.name for f in dataclasses.fields(FullyShardedDataParallelPlugin))
 
@@ -100,22 +107,31 @@ class FSDPStrategy(Strategy):
             weakref.WeakKeyDictionary()
         )
         self._models: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+        self._replaced: ParameterMap = {}
+        self._created_group = False
 
     # -- environment ---------------------------------------------------------------------------
 
     def setup_environment(self, state: AcceleratorState) -> None:
-        """Require a process group; build the mesh of every process on this process's device."""
+        """Build the mesh of every process on this process's device.
+
+        A single process (``python script.py``, or a launch of one process, where no process
+        group is formed) gets a one-process group of its own (gloo, or NCCL on CUDA), which
+        ``teardown`` destroys: FSDP2 runs on one process too, with whole parameters, so a
+        sharded checkpoint loads there. Several processes need the group the launch formed.
+        """
         from torch.distributed.device_mesh import init_device_mesh
 
-        if not torch.distributed.is_available() or not torch.distributed.is_initialized():
-            raise RuntimeError(
-                "strategy 'fsdp' needs a process group, and none was initialised: start the "
-                "script with `accel launch` or `torchrun` (which set RANK and WORLD_SIZE)."
-            )
-        if self.plugin.activation_checkpointing:
-            raise StrategyNotBuiltError(
-                "activation_checkpointing under the fsdp strategy is not built yet; leave it False"
-            )
+        if not torch.distributed.is_available():
+            raise RuntimeError("strategy 'fsdp' needs torch.distributed, which this torch lacks")
+        if not torch.distributed.is_initialized():
+            if state.num_processes != 1:
+                raise RuntimeError(
+                    "strategy 'fsdp' needs a process group, and none was initialised: start the "
+                    "script with `accel launch` or `torchrun` (which set RANK and WORLD_SIZE)."
+                )
+            _one_process_group(state.device)
+            self._created_group = True
         self.device = state.device
         self.distributed_type = DistributedType.FSDP
         self.mesh = init_device_mesh(self.device.type, (state.num_processes,))
@@ -145,14 +161,20 @@ class FSDPStrategy(Strategy):
     def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         """Move ``module`` to the device and shard it in place (see :mod:`accel_backends.
         fsdp_sharding`); models without trainable parameters are left as they are."""
-        from accel_backends.fsdp_sharding import shard_model
+        from accel_backends.fsdp_sharding import match_renamed_parameters, shard_model
 
         model = module.to(self.device) if device_placement else module
         if not any(p.requires_grad for p in model.parameters()):
             return model
         if self.mesh is None:
             raise RuntimeError("strategy 'fsdp': setup_environment must run before setup_module")
-        shard_model(self.unwrap_model(model), self.plugin, self.mesh, self.device)
+        inner = self.unwrap_model(model)
+        before = list(inner.named_parameters())
+        mixed = self.precision.mode != "no"
+        shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=mixed)
+        # Activation checkpointing renames parameters (``_checkpoint_wrapped_module``), which the
+        # default name matching of ``setup`` can't follow: match the plain names here.
+        self._replaced.update(match_renamed_parameters(before, inner))
         self._models.add(model)
         return model
 
@@ -165,8 +187,9 @@ class FSDPStrategy(Strategy):
     ) -> torch.optim.Optimizer:
         """Re-point ``optimizer`` at the sharded parameters (the default) and remember which
         model it steps."""
+        prune(self._replaced)
         prepared = super().setup_optimizer(
-            optimizer, parameter_map, device_placement=device_placement
+            optimizer, {**parameter_map, **self._replaced}, device_placement=device_placement
         )
         stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
         for model in self._models:
@@ -197,6 +220,12 @@ class FSDPStrategy(Strategy):
         """Backward passes keep unsharded gradients locally instead of reduce-scattering them
         (``set_requires_gradient_sync(False)``); the next synchronising backward reduces the sum."""
         return _gradient_sync_off(self.unwrap_model(model))
+
+    def teardown(self) -> None:
+        """Destroy the one-process group ``setup_environment`` formed, if it formed one."""
+        if self._created_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+        self._created_group = False
 
     # -- state dicts ---------------------------------------------------------------------------
 
@@ -351,6 +380,13 @@ def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlu
     if "fsdp_version" not in fields and settings.get("fsdp_version") is None:
         fields["fsdp_version"] = 2  # the strategy's default: FSDP2 (the plugin's is 1)
     return FullyShardedDataParallelPlugin(**fields)
+
+
+def _one_process_group(device: torch.device) -> None:
+    """Form a default process group of this process alone (in-memory store, no port)."""
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    store = torch.distributed.HashStore()
+    torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
 
 
 def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> StateDictOptions:

@@ -1,21 +1,50 @@
-"""FSDP calls that need the FSDP strategy of accel-backends, which is not built yet.
+"""Accelerate's FSDP functions (``accelerate.utils.fsdp_utils``) for FSDP2 models.
 
-They keep Accelerate's signatures so that ported code imports and type-checks; each raises
-``StrategyNotBuiltError`` naming itself. The FSDP strategy will implement them.
+Same signatures, files and folders as Hugging Face Accelerate 1.15, so checkpoints move between
+the two; the work is the fsdp strategy's own (:mod:`accel_backends.fsdp_dcp`,
+:mod:`accel_backends.fsdp_sharding`, :mod:`accel_backends.fsdp_full_load`). What each writes into
+``output_dir`` for model (optimizer) ``i``, by the plugin's ``state_dict_type``:
+
+- ``FULL_STATE_DICT``: process 0 writes ``pytorch_model_fsdp.bin`` (``pytorch_model_fsdp_<i>.bin``
+  for ``i > 0``) and ``optimizer.bin`` (``optimizer_<i>.bin``), ``torch.save`` files of the state
+  gathered to it; loading reads them on process 0 and sends every process its shards.
+- ``SHARDED_STATE_DICT``: every process writes its shards through torch.distributed.checkpoint
+  into ``pytorch_model_fsdp_<i>/`` and ``optimizer_<i>/`` (sections ``"model"``, ``"optimizer"``),
+  readable on any number of processes and by :func:`~accel_backends.merge_fsdp_weights`. With
+  ``use_dcp=False`` each process instead ``torch.save``-s its shards to
+  ``pytorch_model_fsdp_<i>_rank<r>.bin`` / ``optimizer_<i>_rank<r>.bin``: no communication, but
+  only the same number of processes can load them.
+
+Every function is a collective: each process calls it. FSDP1 (``fsdp_version=1``,
+``FullyShardedDataParallel``) is not built in accel-backends: given an FSDP1 plugin they raise
+``StrategyNotBuiltError`` saying so.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accel_backends.errors import strategy_not_built
+from accel_backends import fsdp_dcp
+from accel_backends.errors import StrategyNotBuiltError
+from accel_backends.fsdp_strategy import FSDPStrategy, _inner
 
 if TYPE_CHECKING:
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+    from torch.nn.modules.module import _IncompatibleKeys
+
     from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
     from accel_core import Accelerator
+
+logger = logging.getLogger(__name__)
+
+#: Accelerate's file stem of FSDP model weights (``FSDP_MODEL_NAME``).
+MODEL_NAME = fsdp_dcp.MODEL_FOLDER
+#: Accelerate's file stem of optimizer states (``OPTIMIZER_NAME``).
+OPTIMIZER_NAME = fsdp_dcp.OPTIMIZER_FOLDER
 
 
 def save_fsdp_model(
@@ -26,9 +55,33 @@ def save_fsdp_model(
     model_index: int = 0,
     adapter_only: bool = False,
     use_dcp: bool = True,
-) -> NoReturn:
-    """Save an FSDP model's weights (full, or sharded through torch.distributed.checkpoint)."""
-    raise strategy_not_built("FSDP", "save_fsdp_model")
+) -> None:
+    """Save the weights of the FSDP2 ``model`` into ``output_dir`` (see the module docstring).
+
+    ``adapter_only`` (a peft model) keeps the trainable adapter weights only (full state
+    dicts).
+    """
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+    full = _is_full(fsdp_plugin, "save_fsdp_model")
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    inner = accelerator.unwrap_model(model)
+    options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
+    state = get_model_state_dict(inner, options=options)
+    if full:
+        if accelerator.process_index == 0:
+            target = folder / _file(MODEL_NAME, model_index)
+            torch.save(state, target)
+            logger.info("Model saved to %s", target)
+    elif use_dcp:
+        target = folder / fsdp_dcp.model_folder(model_index)
+        fsdp_dcp.save_folder(target, "model", state)
+        logger.info("Model saved to %s", target)
+    else:
+        target = folder / _rank_file(MODEL_NAME, model_index, accelerator.process_index)
+        torch.save(state, target)
+        logger.info("Model saved to %s", target)
 
 
 def load_fsdp_model(
@@ -39,9 +92,32 @@ def load_fsdp_model(
     model_index: int = 0,
     adapter_only: bool = False,
     use_dcp: bool = True,
-) -> NoReturn:
-    """Load weights saved by :func:`save_fsdp_model` into an FSDP model."""
-    raise strategy_not_built("FSDP", "load_fsdp_model")
+) -> _IncompatibleKeys:
+    """Load weights saved by :func:`save_fsdp_model` into the FSDP2 ``model``; returns torch's
+    missing and unexpected keys. ``input_dir`` may also be the ``pytorch_model_fsdp_<i>``
+    folder itself. A sharded checkpoint may come from any number of processes."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    full = _is_full(fsdp_plugin, "load_fsdp_model")
+    accelerator.wait_for_everyone()
+    inner = accelerator.unwrap_model(model)
+    options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
+    folder = Path(input_dir)
+    if full:
+        state: dict[str, Any] = {}
+        if accelerator.process_index == 0:  # the others receive their shards from it
+            state = torch.load(folder / _file(MODEL_NAME, model_index), weights_only=True)
+    elif use_dcp:
+        source = _dcp_folder(folder, fsdp_dcp.model_folder(model_index))
+        template = get_model_state_dict(inner, options=options)
+        state = fsdp_dcp.load_folder(source, "model", template, strict=options.strict)
+    else:
+        source = folder / _rank_file(MODEL_NAME, model_index, accelerator.process_index)
+        state = torch.load(source, weights_only=True)
+    logger.info("Model loaded from %s", folder)
+    result = set_model_state_dict(inner, state, options=options)
+    accelerator.wait_for_everyone()
+    return result
 
 
 def save_fsdp_optimizer(
@@ -52,9 +128,30 @@ def save_fsdp_optimizer(
     output_dir: str | Path,
     optimizer_index: int = 0,
     use_dcp: bool = True,
-) -> NoReturn:
-    """Save the state of an optimizer over an FSDP model."""
-    raise strategy_not_built("FSDP", "save_fsdp_optimizer")
+) -> None:
+    """Save the state of ``optimizer``, which steps the FSDP2 ``model``, into ``output_dir``,
+    keyed by parameter names (torch.distributed.checkpoint's form)."""
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+    full = _is_full(fsdp_plugin, "save_fsdp_optimizer")
+    folder = Path(output_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    inner = accelerator.unwrap_model(model)
+    options = _options(accelerator, full=full)
+    state = get_optimizer_state_dict(inner, _inner(optimizer), options=options)
+    if full:
+        if accelerator.process_index == 0:
+            target = folder / _file(OPTIMIZER_NAME, optimizer_index)
+            torch.save(state, target)
+            logger.info("Optimizer state saved in %s", target)
+    elif use_dcp:
+        target = folder / fsdp_dcp.optimizer_folder(optimizer_index)
+        fsdp_dcp.save_folder(target, "optimizer", state)
+        logger.info("Optimizer state saved in %s", target)
+    else:
+        target = folder / _rank_file(OPTIMIZER_NAME, optimizer_index, accelerator.process_index)
+        torch.save(state, target)
+        logger.info("Optimizer state saved in %s", target)
 
 
 def load_fsdp_optimizer(
@@ -66,14 +163,57 @@ def load_fsdp_optimizer(
     optimizer_index: int = 0,
     adapter_only: bool = False,
     use_dcp: bool = True,
-) -> NoReturn:
-    """Load an optimizer state saved by :func:`save_fsdp_optimizer`."""
-    raise strategy_not_built("FSDP", "load_fsdp_optimizer")
+) -> None:
+    """Load an optimizer state saved by :func:`save_fsdp_optimizer` into ``optimizer`` (which
+    steps the FSDP2 ``model``). ``input_dir`` may also be the ``optimizer_<i>`` folder itself;
+    ``adapter_only`` is accepted for Accelerate's signature (the state holds what was saved)."""
+    from torch.distributed.checkpoint.state_dict import (
+        get_optimizer_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    full = _is_full(fsdp_plugin, "load_fsdp_optimizer")
+    accelerator.wait_for_everyone()
+    inner, torch_optimizer = accelerator.unwrap_model(model), _inner(optimizer)
+    options = _options(accelerator, full=full)
+    folder = Path(input_dir)
+    if full:
+        state: dict[str, Any] = {}
+        if accelerator.process_index == 0:  # the others receive their shards from it
+            state = torch.load(folder / _file(OPTIMIZER_NAME, optimizer_index), weights_only=True)
+    elif use_dcp:
+        source = _dcp_folder(folder, fsdp_dcp.optimizer_folder(optimizer_index))
+        template = get_optimizer_state_dict(inner, torch_optimizer, options=options)
+        state = fsdp_dcp.load_folder(source, "optimizer", template)
+    else:
+        source = folder / _rank_file(OPTIMIZER_NAME, optimizer_index, accelerator.process_index)
+        state = torch.load(source, weights_only=True)
+    logger.info("Optimizer loaded from %s", folder)
+    set_optimizer_state_dict(inner, torch_optimizer, state, options=options)
+    accelerator.wait_for_everyone()
 
 
-def fsdp2_prepare_model(accelerator: Accelerator, model: torch.nn.Module) -> NoReturn:
-    """Shard ``model`` with FSDP2 (``fully_shard``) as the Accelerator's plugin says."""
-    raise strategy_not_built("FSDP", "fsdp2_prepare_model")
+def fsdp2_prepare_model(accelerator: Accelerator, model: torch.nn.Module) -> torch.nn.Module:
+    """Shard ``model`` with FSDP2 in place, as the Accelerator's FSDP plugin says (what the fsdp
+    strategy's ``prepare`` does: activation checkpointing, fp32 master weights under mixed
+    precision, the policy's units, loading from process 0 with ``cpu_ram_efficient_loading``);
+    returns it. A model sharded already is returned as it is."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FSDPModule
+
+    from accel_backends.fsdp_sharding import shard_model
+
+    if isinstance(model, FSDPModule) or isinstance(getattr(model, "_orig_mod", None), FSDPModule):
+        return model
+    plugin = _plugin_of(accelerator, "fsdp2_prepare_model")
+    plugin.set_auto_wrap_policy(model)
+    strategy = accelerator.strategy
+    mesh = strategy.mesh if isinstance(strategy, FSDPStrategy) else None
+    if mesh is None:
+        mesh = init_device_mesh(accelerator.device.type, (accelerator.num_processes,))
+    mixed = accelerator.mixed_precision != "no"
+    shard_model(model, plugin, mesh, accelerator.device, upcast_to_fp32=mixed)
+    return model
 
 
 def fsdp2_load_full_state_dict(
@@ -81,6 +221,89 @@ def fsdp2_load_full_state_dict(
     model: torch.nn.Module,
     full_sd: dict[str, torch.Tensor],
     cpu_offload: bool = False,
-) -> NoReturn:
-    """Distribute a full state dict (on rank 0) into an FSDP2-sharded model."""
-    raise strategy_not_built("FSDP", "fsdp2_load_full_state_dict")
+) -> torch.nn.Module:
+    """Fill the FSDP2-sharded ``model`` from ``full_sd``, which only the main process needs to
+    hold (the others may pass ``{}``): each process receives its shards (see
+    :func:`accel_backends.fsdp_full_load.load_full_state_dict`). Returns ``model``."""
+    from accel_backends.fsdp_full_load import load_full_state_dict
+
+    return load_full_state_dict(model, full_sd, device=accelerator.device, cpu_offload=cpu_offload)
+
+
+def _is_full(plugin: FullyShardedDataParallelPlugin, what: str) -> bool:
+    """Whether ``plugin`` asks for full state dicts (else sharded: an FSDP2 plugin refuses
+    FSDP1's ``LOCAL_STATE_DICT``); FSDP1 plugins are refused."""
+    from torch.distributed.fsdp import StateDictType
+
+    if plugin.fsdp_version != 2:
+        raise StrategyNotBuiltError(
+            f"{what} with FSDP1 (fsdp_version={plugin.fsdp_version}, FullyShardedDataParallel) "
+            "is not built in accel-backends; use FSDP2: FullyShardedDataParallelPlugin("
+            "fsdp_version=2)."
+        )
+    return plugin.state_dict_type == StateDictType.FULL_STATE_DICT
+
+
+def _plugin_of(accelerator: Accelerator, what: str) -> FullyShardedDataParallelPlugin:
+    from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+
+    plugin = accelerator.state.fsdp_plugin or getattr(accelerator.strategy, "plugin", None)
+    if not isinstance(plugin, FullyShardedDataParallelPlugin):
+        raise ValueError(
+            f"{what} needs an Accelerator with an FSDP plugin: Accelerator(fsdp_plugin="
+            "FullyShardedDataParallelPlugin(fsdp_version=2)), or the fsdp strategy"
+        )
+    _is_full(plugin, what)
+    return plugin
+
+
+def _options(
+    accelerator: Accelerator,
+    *,
+    full: bool,
+    adapter_only: bool = False,
+    model: torch.nn.Module | None = None,
+) -> StateDictOptions:
+    """Accelerate's options: a full state dict is gathered to process 0 on CPU (and sent from
+    it when loading) when there are several processes; ``adapter_only`` on a peft model leaves
+    the frozen weights out of a full state dict, and loading then accepts their absence (a
+    sharded one would need peft's own adapter state dict: not built)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    several = full and accelerator.num_processes > 1
+    adapter = adapter_only and model is not None and _is_peft_model(model)
+    if adapter and not full:
+        raise StrategyNotBuiltError(
+            "adapter_only with SHARDED_STATE_DICT (peft's sharded adapter checkpoints) is not "
+            "built in accel-backends; use state_dict_type='FULL_STATE_DICT' for adapter weights"
+        )
+    return StateDictOptions(
+        full_state_dict=full,
+        cpu_offload=several,
+        broadcast_from_rank0=several,
+        ignore_frozen_params=adapter,
+        strict=not adapter,
+    )
+
+
+def _is_peft_model(model: torch.nn.Module) -> bool:
+    import importlib.util
+
+    if importlib.util.find_spec("peft") is None:
+        return False
+    from peft import PeftModel
+
+    return isinstance(model, PeftModel)
+
+
+def _file(stem: str, index: int) -> str:
+    return f"{stem}.bin" if index == 0 else f"{stem}_{index}.bin"
+
+
+def _rank_file(stem: str, index: int, rank: int) -> str:
+    return f"{stem}_{index}_rank{rank}.bin"
+
+
+def _dcp_folder(folder: Path, name: str) -> Path:
+    """``folder/name``, unless ``folder`` is that checkpoint folder itself (Accelerate's rule)."""
+    return folder if folder.name == name else folder / name

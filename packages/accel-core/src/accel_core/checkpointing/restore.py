@@ -217,9 +217,9 @@ def _restore_position(
             "can't be continued exactly"
         )
         warnings.warn(
-            f"load_state: data loader {index} was saved by {saved_world} processes after "
+            f"load_state: data loader {index} was saved by {_processes(saved_world)} after "
             f"{batches} batch(es) per process of epoch {epoch} ({global_batches} in all); on "
-            f"{world_size} processes that is {per_process:g} per process: {hint}. The epoch's "
+            f"{_processes(world_size)} that is {per_process:g} per process: {hint}. The epoch's "
             "global order is restored; the random states of the processes are not mapped.",
             stacklevel=4,
         )
@@ -233,6 +233,10 @@ def _restore_position(
         torch_state=position.get("torch_state"),
         rng_states=rng,
     )
+
+
+def _processes(count: int) -> str:
+    return f"{count} process" if count == 1 else f"{count} processes"
 
 
 def _apply_accelerate_sampler(loader: Any, record: safe_load.AccelerateSamplerRecord) -> None:
