@@ -8,12 +8,16 @@ def test_installs_with_its_declared_version():
     assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == "0.2.0"
 
 
-def test_registers_the_fsdp_strategy():
-    assert accel_backends.PROVIDED_STRATEGIES == ("fsdp",)
+def test_registers_the_fsdp_deepspeed_and_xla_strategies():
+    assert accel_backends.PROVIDED_STRATEGIES == ("fsdp", "deepspeed", "xla")
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     section = pyproject.split('[project.entry-points."accel.strategies"]\n')[1].split("\n\n")[0]
-    assert section == 'fsdp = "accel_backends.fsdp_strategy:FSDPStrategy"'
-    declared = {"fsdp": "accel_backends.fsdp_strategy:FSDPStrategy"}
+    declared = {
+        "fsdp": "accel_backends.fsdp_strategy:FSDPStrategy",
+        "deepspeed": "accel_backends.deepspeed_strategy:DeepSpeedStrategy",
+        "xla": "accel_backends.xla_strategy:XLAStrategy",
+    }
+    assert section == "\n".join(f'{name} = "{target}"' for name, target in declared.items())
     # Installed metadata (older until the package is reinstalled) never names another one.
     group = importlib.metadata.entry_points(group="accel.strategies")
     ours = {ep.name: ep.value for ep in group if ep.value.startswith("accel_backends")}

@@ -50,10 +50,19 @@ def test_unknown_strategy_lists_known_names_and_the_pip_line():
     assert "pip install accel-backends[deepspeed]" in message
 
 
+def _without_backend_entry_points(monkeypatch, registry) -> None:
+    """As if accel-backends were absent (or of a release without the strategy), whatever this
+    environment has installed."""
+    found = registry._entry_points()
+    kept = {name: ep for name, ep in found.items() if not ep.value.startswith("accel_backends")}
+    monkeypatch.setattr(registry, "_entry_points", lambda: kept)
+
+
 def test_backend_strategy_not_installed_says_what_to_install(monkeypatch):
     from accel_core.strategies import registry
 
     monkeypatch.setattr(registry, "installed_version", lambda distribution: None)
+    _without_backend_entry_points(monkeypatch, registry)
     monkeypatch.setenv("ACCEL_STRATEGY", "deepspeed")
     with pytest.raises(UnknownStrategyError, match=r"pip install accel-backends\[deepspeed\]"):
         Accelerator()
@@ -63,6 +72,7 @@ def test_backend_installed_without_the_strategy_says_it_is_not_built(monkeypatch
     from accel_core.strategies import registry
 
     monkeypatch.setattr(registry, "installed_version", lambda distribution: "0.2.0")
+    _without_backend_entry_points(monkeypatch, registry)
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     with pytest.raises(
         UnknownStrategyError,

@@ -2,10 +2,12 @@
 
 This release holds the configuration objects and helpers of Hugging Face Accelerate 1.15
 (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``, ``ParallelismConfig``, ``fsdp_utils``,
-``deepspeed`` utilities) and the ``fsdp`` strategy (FSDP2, :class:`FSDPStrategy`). What needs a
-strategy not built yet (DeepSpeed, XLA, FSDP version 1) raises ``StrategyNotBuiltError`` naming
-it. Megatron-LM and tensor, context and
-sequence parallelism are out of scope: their names port, using them raises ``OutOfScopeError``.
+``deepspeed`` utilities) and three strategies: ``fsdp`` (FSDP2, :class:`FSDPStrategy`),
+``deepspeed`` (:class:`DeepSpeedStrategy`) and ``xla`` (:class:`XLAStrategy`). What needs a
+feature not built yet (FSDP version 1, DeepSpeed offload and zero.Init) raises
+``StrategyNotBuiltError`` naming it.
+Megatron-LM and tensor, context and sequence parallelism are out of scope: their names port, using
+them raises ``OutOfScopeError``.
 
 Public names are imported from their modules on first use.
 """
@@ -18,13 +20,15 @@ from typing import Any
 __version__ = "0.2.0"
 
 #: Strategies this package registers in the ``accel.strategies`` entry-point group.
-PROVIDED_STRATEGIES: tuple[str, ...] = ("fsdp",)
+PROVIDED_STRATEGIES: tuple[str, ...] = ("fsdp", "deepspeed", "xla")
 
 # public name -> module of accel_backends that defines it
 _EXPORTS = {
     "StrategyNotBuiltError": "errors",
     "EngineNotInstalledError": "errors",
     "DeepSpeedPlugin": "deepspeed_plugin",
+    "DeepSpeedStrategy": "deepspeed_strategy",
+    "XLAStrategy": "xla_strategy",
     "HfDeepSpeedConfig": "deepspeed_config",
     "DummyOptim": "deepspeed_dummies",
     "DummyScheduler": "deepspeed_dummies",

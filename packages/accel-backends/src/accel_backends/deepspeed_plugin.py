@@ -1,8 +1,9 @@
 """``DeepSpeedPlugin``: the DeepSpeed settings of a run, as Hugging Face Accelerate 1.15 takes them.
 
-The plugin only builds and edits the DeepSpeed configuration; the DeepSpeed strategy (not built
-yet) turns it into an engine. Unset fields are read from the launch environment, then from
-Accelerate's variables (:mod:`accel_backends.launch_settings`), then take Accelerate's defaults.
+The plugin only builds and edits the DeepSpeed configuration; the DeepSpeed strategy
+(:mod:`accel_backends.deepspeed_strategy`) turns it into an engine. Unset fields are read from the
+launch environment, then from Accelerate's variables (:mod:`accel_backends.launch_settings`), then
+take Accelerate's defaults.
 Values DeepSpeed needs from the prepared objects (batch sizes, optimizer and scheduler parameters)
 stay ``"auto"`` in :attr:`DeepSpeedPlugin.deepspeed_config` until the strategy fills them.
 
@@ -33,7 +34,7 @@ from accel_backends.deepspeed_resolution import (
     resolve_deepspeed_config,
 )
 from accel_backends.deepspeed_sources import Sourced
-from accel_backends.errors import require_engine, strategy_not_built
+from accel_backends.errors import StrategyNotBuiltError, require_engine
 from accel_backends.launch_settings import LaunchSettings, as_bool, as_float, as_int, as_str
 from accel_core.module_inspection import get_module_class_from_name
 from accel_core.out_of_scope import out_of_scope
@@ -218,7 +219,8 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
                 "stage3_gather_16bit_weights_on_model_save": self.zero3_save_16bit_model,
             },
         }
-        if self.gradient_clipping:
+        if self.gradient_clipping is not None:
+            # 0 too: it means "no clipping", and DeepSpeed 0.19 clips at 1.0 when the key is absent.
             config["gradient_clipping"] = self.gradient_clipping
         return config
 
@@ -231,7 +233,11 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
 
     def set_deepspeed_weakref(self) -> None:
         """Make transformers see this config (for ``zero.Init`` in ``from_pretrained``)."""
-        raise strategy_not_built("DeepSpeed", "DeepSpeedPlugin.set_deepspeed_weakref")
+        raise StrategyNotBuiltError(
+            "DeepSpeedPlugin.set_deepspeed_weakref (zero.Init in transformers' from_pretrained) "
+            "is not built yet in the DeepSpeed strategy of accel-backends: build the model "
+            "without zero.Init (zero3_init_flag=False); ZeRO-3 partitions it at prepare()."
+        )
 
     def is_zero3_init_enabled(self) -> bool | None:
         """Whether models are built sharded with ``deepspeed.zero.Init``."""

@@ -1,0 +1,384 @@
+"""The ``deepspeed`` strategy: one DeepSpeed engine (ZeRO stage 0-3, bf16) per Accelerator.
+
+Selected by ``Accelerator(deepspeed_plugin=DeepSpeedPlugin(...))``, by ``ACCEL_STRATEGY=deepspeed``
+(``accel launch --use_deepspeed``; ``ACCEL_STRATEGY_CONFIG`` holds the ``deepspeed_config`` keys,
+which the plugin reads itself) or ``Accelerator(strategy=DeepSpeedStrategy(...))``.
+
+The engine owns the model, the optimizer, the loss scaling, gradient accumulation, clipping and
+(for DeepSpeed's own schedules) the scheduler, as in Hugging Face Accelerate 1.15:
+
+- ``prepare`` builds the engine from the model, optimizer and scheduler of one call, with the
+  config's ``"auto"`` values filled from them (:mod:`accel_backends.deepspeed_engine_setup`). The
+  prepared model is the engine; ``unwrap_model`` gives back the user's module.
+- ``accelerator.backward(loss)`` (the loss undivided: the engine divides it by its
+  ``gradient_accumulation_steps``) tells the engine whether this batch ends an accumulation cycle
+  (``accelerator.sync_gradients``, so ``accumulate`` and the engine agree), runs the engine's
+  backward and, at the end of a cycle, its step: clipping (``gradient_clipping`` of the config),
+  optimizer step, zeroing, the engine's scheduler. ``optimizer.step()``, ``zero_grad()`` and the
+  engine scheduler's ``step()`` are then no-ops; a torch scheduler steps as usual.
+- ``clip_grad_norm_`` returns the engine's norm of its last step (it clips nothing itself: the
+  config's ``gradient_clipping`` does); ``clip_grad_value_`` is an error, as in Accelerate.
+- ``save_state``/``load_state`` go through DeepSpeed's own checkpoints
+  (:mod:`accel_backends.deepspeed_checkpoint`), under Accelerate's names; never in the background.
+- ``get_state_dict``/``save_model``: the full state dict (ZeRO-3: gathered to process 0 when
+  ``zero3_save_16bit_model`` is on, else an error saying how).
+
+Not built yet: CPU/NVMe offload, ``zero.Init`` (``init_module`` / ``zero3_init_flag``), several
+plugins at once, DeepSpeed's tensor and sequence parallelism.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch.utils.data import DataLoader
+
+from accel_backends import deepspeed_checkpoint as checkpoint
+from accel_backends.deepspeed_choice import plugin_from_options, single_plugin
+from accel_backends.deepspeed_engine_setup import (
+    EngineRequest,
+    build_engine,
+    per_process_batch_size,
+)
+from accel_backends.deepspeed_plugin import DeepSpeedPlugin
+from accel_backends.deepspeed_precision import DeepSpeedPrecision, configured_mode
+from accel_backends.deepspeed_sources import DeepSpeedConfigConflict, Disagreement, Sourced
+from accel_backends.errors import require_engine
+from accel_core.strategies import SetupResult, Strategy
+from accel_ops import DistributedType
+
+if TYPE_CHECKING:
+    from accel_backends.deepspeed_wrappers import DeepSpeedEngineWrapper
+    from accel_core.checkpointing import CheckpointReader, CheckpointWriter
+    from accel_core.gradient_state import GradientAccumulationPlugin
+    from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs, KwargsHandler
+    from accel_core.precision import Precision
+    from accel_core.state import AcceleratorState
+
+logger = logging.getLogger(__name__)
+
+
+class DeepSpeedStrategy(Strategy):
+    """Run the training loop through a DeepSpeed engine, as a :class:`DeepSpeedPlugin` says.
+
+    Args:
+        kwargs_handlers: the Accelerator's handlers (none concerns DeepSpeed).
+        plugin: the plugin to follow (a dict of named plugins holding one is accepted); built from
+            ``options`` and the launch environment when not given.
+        **options: fields of ``DeepSpeedPlugin``, or the ``deepspeed_config`` keys that ``accel
+            launch`` passed in ``ACCEL_STRATEGY_CONFIG`` (the plugin reads those itself).
+
+    Raises:
+        TypeError: for an option that is neither, or a plugin of another type.
+        StrategyNotBuiltError: for several plugins at once.
+        DeepSpeedConfigConflict: (from the plugin) for a setting given twice with different values.
+    """
+
+    name = "deepspeed"
+    plugin_slot: ClassVar[str | None] = "deepspeed_plugins"
+    #: The engine divides the loss by its accumulation steps itself.
+    handles_accumulation: ClassVar[bool] = True
+    #: DeepSpeed's save is a collective of the engine: not in a background thread.
+    supports_async_save: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        kwargs_handlers: Sequence[KwargsHandler] = (),
+        plugin: DeepSpeedPlugin | Mapping[str, DeepSpeedPlugin] | None = None,
+        **options: Any,
+    ) -> None:
+        self.kwargs_handlers = tuple(kwargs_handlers)
+        if plugin is None:
+            plugin = plugin_from_options(options)
+        elif options:
+            raise TypeError(
+                f"strategy 'deepspeed' got a plugin and options {sorted(options)}; set them on "
+                "the plugin"
+            )
+        self.plugin: DeepSpeedPlugin = single_plugin(plugin)
+        self.device = torch.device("cpu")
+        self._engines: list[torch.nn.Module] = []
+        self._wrapper: DeepSpeedEngineWrapper | None = None
+        self._batch_sizes: list[int | None] = []
+        self._split_batches = False
+        self._num_processes = 1
+        self._rank = 0
+        self._own_group = False
+        self._warned_max_norm = False
+
+    # -- environment, precision, accumulation -------------------------------------------------
+
+    def setup_environment(self, state: AcceleratorState) -> None:
+        """Check that DeepSpeed is installed, take the device, and give a one-process run its own
+        process group (DeepSpeed always needs one). The plugin becomes the active one (the state
+        shows it in ``deepspeed_plugins`` when the Accelerator was given none: ``plugin_slot``)."""
+        require_engine("deepspeed", "the deepspeed strategy")
+        distributed = torch.distributed
+        if not distributed.is_initialized():
+            if state.num_processes > 1:
+                raise RuntimeError(
+                    "strategy 'deepspeed' found no process group for a job of "
+                    f"{state.num_processes} processes; start it with `accel launch` or `torchrun`."
+                )
+            backend = "gloo" if state.device.type == "cpu" else None
+            distributed.init_process_group(
+                backend=backend, store=distributed.HashStore(), rank=0, world_size=1
+            )
+            self._own_group = True
+        self.device = state.device
+        self._num_processes = state.num_processes
+        self._rank = state.process_index
+        self.distributed_type = DistributedType.DEEPSPEED
+        self.plugin._set_selected(True)
+
+    @property
+    def root_device(self) -> torch.device:
+        """The process state's device (the engine moves the model there)."""
+        return self.device
+
+    def setup_precision(
+        self,
+        mode: str,
+        *,
+        autocast_handler: AutocastKwargs | None = None,
+        scaler_handler: GradScalerKwargs | None = None,
+    ) -> Precision:
+        """Turn the config's fp16/bf16 section on for ``mode``; the precision reported is what the
+        config then enables (as in Accelerate, the DeepSpeed config decides)."""
+        self.plugin.set_mixed_precision(mode)
+        config = self.plugin.deepspeed_config
+        self._precision = DeepSpeedPrecision(configured_mode(config), self.root_device)
+        return self._precision
+
+    def configure_accumulation(
+        self, plugin: GradientAccumulationPlugin
+    ) -> GradientAccumulationPlugin:
+        """Reconcile the Accelerator's accumulation steps with the config's: ``"auto"`` takes the
+        Accelerator's; a number in the config wins over the Accelerator's default of 1 (as in
+        Accelerate); two different numbers >1 are a :class:`DeepSpeedConfigConflict`."""
+        key = "gradient_accumulation_steps"
+        steps = plugin.num_steps or 1
+        given = Sourced(steps, f"Accelerator(gradient_accumulation_steps={steps})")
+        configured = self.plugin.get_value(key)
+        if configured in (None, "auto"):
+            self.plugin.resolved_config.fill({key: given})
+            return plugin
+        if configured == steps:
+            return plugin
+        if steps != 1:
+            known = self.plugin.resolved_config.current().get(key)
+            first = known if known is not None else Sourced(configured, "the DeepSpeed config")
+            raise DeepSpeedConfigConflict([Disagreement(key, first, given)])
+        logger.info("gradient accumulation: %s steps, from the DeepSpeed config", configured)
+        return dataclasses.replace(plugin, num_steps=int(configured))
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def setup(
+        self,
+        models: Sequence[torch.nn.Module],
+        optimizers: Sequence[torch.optim.Optimizer],
+        schedulers: Sequence[object],
+        dataloaders: Sequence[DataLoader[Any]],
+        *,
+        model_placement: Sequence[bool] | None = None,
+        optimizer_placement: Sequence[bool] | None = None,
+    ) -> SetupResult:
+        """Build the engine from the model, optimizer and scheduler of this call (the data loaders
+        of this and earlier calls give the micro-batch size); loaders come back unchanged."""
+        from accel_backends.deepspeed_wrappers import (
+            DeepSpeedEngineWrapper,
+            DeepSpeedOptimizerWrapper,
+            DeepSpeedSchedulerWrapper,
+        )
+        from accel_core.gradient_state import GradientState
+
+        if len(models) + len(self._engines) > 1:
+            raise ValueError(
+                "You can't use same `Accelerator()` instance with multiple models when using "
+                "DeepSpeed: create one Accelerator per model."
+            )
+        if len(optimizers) > 1 or len(schedulers) > 1:
+            raise ValueError(
+                "the deepspeed strategy builds one engine from one model, one optimizer and one "
+                f"scheduler; this prepare() call holds {len(optimizers)} optimizers and "
+                f"{len(schedulers)} schedulers."
+            )
+        for loader in dataloaders:
+            self._batch_sizes.append(per_process_batch_size(loader, self._num_processes))
+            for holder in (getattr(loader, "batch_sampler", None), loader.dataset):
+                self._split_batches |= bool(getattr(holder, "split_batches", False))
+        result = SetupResult(dataloaders=list(dataloaders))
+        if not models:
+            if optimizers or schedulers:
+                raise ValueError(
+                    "under DeepSpeed, prepare the optimizer and scheduler in the same prepare() "
+                    "call as their model: the engine is built from all of them together."
+                )
+            return result
+        request = EngineRequest(
+            model=models[0],
+            optimizer=optimizers[0] if optimizers else None,
+            scheduler=schedulers[0] if schedulers else None,
+            batch_sizes=self._batch_sizes,
+            split_batches=self._split_batches,
+            num_processes=self._num_processes,
+            accumulation_steps=GradientState().num_steps,
+        )
+        configured = self.plugin.get_value("gradient_accumulation_steps")
+        if configured != request.accumulation_steps:
+            engine = Sourced(configured, "the DeepSpeed config of the engine")
+            changed = Sourced(request.accumulation_steps, "accelerator.gradient_accumulation_steps")
+            raise DeepSpeedConfigConflict(
+                [Disagreement("gradient_accumulation_steps", engine, changed)]
+            )
+        built = build_engine(self.plugin, request, self.device)
+        self._engines.append(built.engine)
+        self._wrapper = DeepSpeedEngineWrapper(built.engine)
+        result.models = [built.engine]
+        if optimizers and built.optimizer is not None:
+            result.optimizers = [DeepSpeedOptimizerWrapper(built.optimizer)]
+        if schedulers:
+            engine_scheduler = built.scheduler
+            result.schedulers = [
+                DeepSpeedSchedulerWrapper(engine_scheduler, result.optimizers)  # type: ignore[arg-type]
+                if engine_scheduler is not None
+                else schedulers[0]  # a torch scheduler: the Accelerator wraps it
+            ]
+        return result
+
+    def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
+        """The engine of ``module`` alone (``setup`` with nothing else)."""
+        return self.setup([module], [], [], []).models[0]
+
+    # -- the training step ---------------------------------------------------------------------
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """The engine's backward, then at the end of an accumulation cycle its step (see the
+        module docstring)."""
+        from accel_core.gradient_state import GradientState
+
+        if self._wrapper is None:
+            raise RuntimeError(
+                "accelerator.backward under DeepSpeed needs the model prepared first "
+                "(accelerator.prepare(model, optimizer, dataloader))."
+            )
+        self._wrapper.backward(loss, sync_gradients=GradientState().sync_gradients, **kwargs)
+
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        closure: Callable[[], Any] | None = None,
+    ) -> Any:
+        """Nothing: the engine stepped in ``backward`` (the prepared optimizer's ``step`` is a
+        no-op and does not call this)."""
+        return None
+
+    def clip_gradients_norm(
+        self,
+        module: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        parameters: Iterable[torch.nn.Parameter] | None = None,
+    ) -> torch.Tensor:
+        """The engine's gradient norm of its last step (NaN before the first one; Accelerate
+        returns None there). The engine clipped at the config's ``gradient_clipping`` already;
+        a different ``max_norm`` is ignored, with a warning the first time."""
+        configured = self.plugin.get_value("gradient_clipping", 0.0)
+        if not self._warned_max_norm and configured != max_norm:
+            self._warned_max_norm = True
+            clips = f"clips at {configured}" if configured else "does not clip"
+            warnings.warn(
+                f"clip_grad_norm_(max_norm={max_norm}) under DeepSpeed: max_norm is ignored, the "
+                f"engine {clips} (gradient_clipping of its config); set gradient_clipping in the "
+                "DeepSpeedPlugin or the DeepSpeed config instead.",
+                stacklevel=3,
+            )
+        norm = self._wrapper.get_global_grad_norm() if self._wrapper is not None else None
+        return torch.tensor(float("nan") if norm is None else float(norm))
+
+    def clip_gradients_value(
+        self, parameters: Iterable[torch.nn.Parameter], clip_value: float
+    ) -> None:
+        """Always an error, as in Accelerate: DeepSpeed clips the norm only."""
+        raise RuntimeError(
+            "DeepSpeed does not support `clip_grad_value_`. Use `clip_grad_norm_` instead (the "
+            "engine clips at the config's gradient_clipping)."
+        )
+
+    # -- state dicts and checkpoints -----------------------------------------------------------
+
+    def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
+        """The full state dict on CPU, on every process (ZeRO-3: on process 0, empty elsewhere;
+        it needs ``zero3_save_16bit_model``). Call it on every process."""
+        return checkpoint.full_state_dict(self._engine_of(model), self._rank)
+
+    def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
+        """Load a full state dict into the engine's module (ZeRO-3: process 0's is used) and
+        refresh the optimizer's fp32 master weights from it."""
+        checkpoint.load_full_state_dict(self._engine_of(model), state_dict, self._rank)
+
+    def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
+        """Nothing: each engine writes its own weights in ``save_checkpoint`` (the save
+        pre-hooks get an empty list, as in Accelerate)."""
+        return []
+
+    def checkpoint_optimizer_states(
+        self, optimizers: list[torch.optim.Optimizer]
+    ) -> list[dict[str, Any]]:
+        """Nothing: each engine writes its optimizer partitions in ``save_checkpoint``."""
+        return []
+
+    def save_checkpoint(
+        self,
+        writer: CheckpointWriter,
+        weights: list[dict[str, Any]],
+        optimizer_states: list[dict[str, Any]],
+        *,
+        safe_serialization: bool = True,
+    ) -> None:
+        """Every process: each engine's DeepSpeed checkpoint (``pytorch_model/``...), recorded in
+        the manifest by the processes that wrote its files."""
+        for index, engine in enumerate(self._engines):
+            checkpoint.save_engine(writer, engine, checkpoint.engine_tag(index))
+
+    def load_checkpoint(
+        self,
+        reader: CheckpointReader,
+        models: list[torch.nn.Module],
+        optimizers: list[torch.optim.Optimizer],
+        *,
+        map_location: str | torch.device = "cpu",
+        strict: bool = True,
+    ) -> None:
+        """Every process: each engine among ``models`` from its DeepSpeed checkpoint (weights,
+        optimizer partition, the engine's scheduler and step counters)."""
+        for index, engine in enumerate(self._engines):
+            if any(model is engine for model in models):
+                checkpoint.load_engine(reader, engine, checkpoint.engine_tag(index), strict=strict)
+
+    def describe(self) -> str:
+        """The DeepSpeed config with the source of every value (``DeepSpeedPlugin.describe``)."""
+        return self.plugin.describe()
+
+    def teardown(self) -> None:
+        """Release the one-process group this strategy created (none otherwise)."""
+        if self._own_group and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+            self._own_group = False
+
+    def _engine_of(self, model: torch.nn.Module) -> Any:
+        for engine in self._engines:
+            if model is engine or model is getattr(engine, "module", None):
+                return engine
+        raise ValueError(
+            "this model was not prepared by this Accelerator's deepspeed strategy; pass the model "
+            "accelerator.prepare() returned."
+        )

@@ -1,0 +1,33 @@
+"""Starting the DeepSpeed workers of ``deepspeed_workers.py`` from the tests."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from accel_testing.processes import WorkerResult, run_workers
+
+WORKERS = Path(__file__).parent / "deepspeed_workers.py"
+
+
+def run(function: str, out: Path, *args: str, processes: int = 2) -> list[WorkerResult]:
+    """Run ``deepspeed_workers.<function>(out, *args)`` on ``processes`` real processes."""
+    return run_workers(
+        processes,
+        function=f"{WORKERS}::{function}",
+        args=[str(out), *args],
+        env={
+            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
+            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+        },
+        timeout=240,
+    )
+
+
+def results(out: Path) -> Any:
+    """What the workers wrote into ``out/results.json``."""
+    return json.loads((out / "results.json").read_text())
