@@ -1,13 +1,15 @@
 """Sessions for the accel monorepo.
 
 Every session builds its own virtual environment and installs ``torch==2.13.0`` first (a CPU wheel
-on local disk; any other version would download gigabytes). Packages are discovered from
-``packages/*/pyproject.toml`` and installed from their local paths, siblings included, so a
-``tests-<package>`` session proves that the package installs and passes its tests with only what it
-declares.
+on local disk; any other version would download gigabytes), except ``backend-xla``, whose engine
+needs torch 2.9. Packages are discovered from ``packages/*/pyproject.toml`` and installed from
+their local paths, siblings included, so a ``tests-<package>`` session proves that the package
+installs and passes its tests with only what it declares.
 
-Default sessions (what CI runs): every ``tests-<package>``, ``integration``, ``conformance``,
-``stress``, ``profiles``, ``lint`` and ``docs``. On demand: ``bench`` and ``demo``.
+Default sessions (what CI runs): every ``tests-<package>``, ``backend-deepspeed``,
+``backend-xla``, ``integration``, ``conformance``, ``stress``, ``profiles``, ``lint`` and
+``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` / ``backend-ddp`` (one backend's
+tests alone; the package sessions run them).
 """
 
 from __future__ import annotations
@@ -64,17 +66,25 @@ def _local_closure(names: list[str]) -> list[str]:
     return seen
 
 
-def _install_local(session: nox.Session, names: list[str], extras: str = "") -> None:
+def _install_local(
+    session: nox.Session,
+    names: list[str],
+    extras: str = "",
+    env: dict[str, str] | None = None,
+    torch: tuple[str, ...] = (TORCH,),
+) -> None:
     """Install torch, then the named local packages, their local dependencies and test helpers.
 
-    ``extras`` is applied to the named packages that declare it, not to their dependencies.
+    ``extras`` is applied to the named packages that declare it, not to their dependencies;
+    ``env`` is given to the install (a build setting such as ``DS_BUILD_OPS``); ``torch`` is
+    what is installed first (another torch, for an engine that needs one).
     """
-    session.install(TORCH)
+    session.install(*torch)
     targets = []
     for name in _local_closure(names):
         wants_extra = extras and name in names and _has_extra(name, extras)
         targets.append(f"{LOCAL[name]}[{extras}]" if wants_extra else str(LOCAL[name]))
-    session.install(*targets)
+    session.install(*targets, env=env)
 
 
 def _has_extra(name: str, extra: str) -> bool:
@@ -95,6 +105,61 @@ for _dist in LOCAL:
         _install_local(session, [dist, "accel-testing"], extras="test")
         session.run("pip", "check")
         _pytest(session, str(LOCAL[dist] / "tests"))
+
+
+BACKEND_TESTS = LOCAL["accel-backends"] / "tests"
+
+
+@nox.session(name="backend-deepspeed")
+def backend_deepspeed(session: nox.Session) -> None:
+    """The DeepSpeed strategy with DeepSpeed 0.19 installed, on 2 CPU processes (gloo).
+
+    DeepSpeed is built without its C++ ops (``DS_BUILD_OPS=0``) and the tests use torch's AdamW,
+    so nothing is compiled at run time. ``tests-accel-backends`` runs without the engine, where
+    these tests skip.
+    """
+    session.install(*TEST_TOOLS)
+    _install_local(
+        session, ["accel-backends", "accel-testing"], extras="deepspeed", env={"DS_BUILD_OPS": "0"}
+    )
+    session.run("pip", "check")
+    tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_deepspeed_*.py"))
+    _pytest(session, *tests, env={"DS_ACCELERATOR": "cpu"})
+
+
+#: torch_xla 2.9 runs only on torch 2.9 (PyPI's build of it for x86_64 is CUDA's: about 7 GB).
+XLA_TORCH = ("torch==2.9.1", "torch_xla==2.9.0")
+
+
+@nox.session(name="backend-xla")
+def backend_xla(session: nox.Session) -> None:
+    """The XLA strategy on XLA's CPU device (``PJRT_DEVICE=CPU``), in a venv of its own with
+    torch 2.9.1 and torch_xla 2.9.0; the tests set ``CPU_NUM_DEVICES`` where they need two
+    devices (SPMD). ``tests-accel-backends`` runs without torch_xla, where these tests skip."""
+    session.install(*TEST_TOOLS)
+    _install_local(session, ["accel-backends", "accel-testing"], extras="xla", torch=XLA_TORCH)
+    session.run("pip", "check")
+    tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_xla_*.py"))
+    _pytest(session, *tests, env={"PJRT_DEVICE": "CPU"})
+
+
+@nox.session(name="backend-fsdp", default=False)
+def backend_fsdp(session: nox.Session) -> None:
+    """The FSDP2 strategy's tests alone (torch's FSDP; ``tests-accel-backends`` runs them too)."""
+    session.install(*TEST_TOOLS)
+    _install_local(session, ["accel-backends", "accel-testing"])
+    tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_*fsdp*.py"))
+    _pytest(session, *tests)
+
+
+@nox.session(name="backend-ddp", default=False)
+def backend_ddp(session: nox.Session) -> None:
+    """The built-in single-device and DDP strategies against the strategy contract, and the
+    distributed training tests (``tests-accel-core`` runs them too)."""
+    session.install(*TEST_TOOLS)
+    _install_local(session, ["accel-core", "accel-testing"], extras="test")
+    tests = LOCAL["accel-core"] / "tests"
+    _pytest(session, str(tests / "test_strategy_contract.py"), str(tests / "test_distributed.py"))
 
 
 @nox.session
