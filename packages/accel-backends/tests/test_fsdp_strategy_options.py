@@ -94,7 +94,9 @@ def test_several_processes_need_the_launch_to_form_the_process_group():
 
 def test_one_process_gets_a_group_of_its_own_until_teardown():
     strategy = FSDPStrategy()
-    state = SimpleNamespace(num_processes=1, device=torch.device("cpu"))
+    state = SimpleNamespace(
+        num_processes=1, device=torch.device("cpu"), parallelism_config=None, device_mesh=None
+    )
     strategy.setup_environment(state)  # type: ignore[arg-type]
     try:
         assert torch.distributed.is_initialized()

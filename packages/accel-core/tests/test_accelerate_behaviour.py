@@ -241,13 +241,38 @@ class _ParallelismConfig:
         ({"tp_size": 2}, OutOfScopeError, r"^Tensor parallelism \(ParallelismConfig\(tp_size=2\)"),
         ({"cp_size": 2}, OutOfScopeError, r"^Context parallelism \(ParallelismConfig\(cp_size=2"),
         ({"sp_size": 4}, OutOfScopeError, r"^Sequence parallelism \(ParallelismConfig\(sp_size=4"),
-        ({"dp_shard_size": 2}, NotImplementedError, "through the device mesh, which accel does"),
+        # sizes whose product is not the world size (1 here): Accelerate's message, with the
+        # sizes; raised before the strategy is chosen (FSDP2, for dp_shard_size > 1)
+        (
+            {"dp_shard_size": 2},
+            ValueError,
+            r"^ParallelismConfig total_size \(2\) does not match num_processes \(1\): "
+            r"dp_replicate_size=1 x dp_shard_size=2 must equal the world size 1",
+        ),
         ({"dp_replicate_size": 3}, ValueError, r"total_size \(3\) does not match num_processes"),
     ],
 )
 def test_parallelism_config_beyond_data_parallelism_is_refused(sizes, error, text):
     with pytest.raises(error, match=text):
         Accelerator(parallelism_config=_ParallelismConfig(**sizes))
+    assert AcceleratorState().strategy is None  # refused before any strategy was chosen
+
+
+def test_a_sharding_config_chooses_the_sharding_strategy_and_refuses_others():
+    from accel_core.parallelism import check_strategy
+    from accel_core.strategies import create_strategy
+    from accel_core.strategies.resolver import default_strategy_name
+
+    assert default_strategy_name(2, sharded=True) == "fsdp"
+    assert default_strategy_name(2) == "ddp"
+    ddp = create_strategy("ddp")
+    check_strategy(_ParallelismConfig(dp_replicate_size=2), ddp)  # replicas: ddp's own mesh
+    message = (
+        r"^ParallelismConfig\(dp_replicate_size=2, dp_shard_size=2\) shards the model over the "
+        r"device mesh, which strategy 'ddp' does not do"
+    )
+    with pytest.raises(ValueError, match=message):
+        check_strategy(_ParallelismConfig(dp_replicate_size=2, dp_shard_size=2), ddp)
 
 
 def test_parallelism_config_of_size_one_and_the_rank_properties():

@@ -55,6 +55,19 @@ def test_prepared_model_computes_in_bf16_and_returns_fp32():
     assert torch.equal(bare(x), plain(x))
 
 
+def test_get_state_dict_and_save_state_keep_the_model_in_bf16(tmp_path):
+    accelerator = Accelerator(mixed_precision="bf16")
+    plain = _model()
+    x = torch.randn(5, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = plain(x).float()
+    model = accelerator.prepare(_model())
+    accelerator.get_state_dict(model)
+    accelerator.save_state(tmp_path / "ckpt")
+    accelerator.save_model(model, tmp_path / "model")
+    assert torch.equal(model(x), expected)  # still under autocast, as in Accelerate
+
+
 def test_fp16_on_cpu_is_a_clear_error():
     with pytest.raises(ValueError, match=r"needs a GPU.*mixed_precision='bf16'"):
         Accelerator(mixed_precision="fp16")

@@ -3,12 +3,17 @@
 Every process holds one shard of each parameter, gradient and optimizer state (a ``DTensor``
 over a one-dimensional mesh of every process); forward and backward all-gather the parameters of
 one unit at a time and reduce-scatter its gradients. Runs wherever the process group has
-all-gather and reduce-scatter: NCCL on GPUs, gloo on CPUs (torch >= 2.6).
+all-gather and reduce-scatter: NCCL on GPUs, gloo on CPUs (torch >= 2.6). With a
+``ParallelismConfig`` of ``dp_shard_size > 1`` it shards over the configuration's mesh instead
+(HSDP when ``dp_replicate_size > 1`` too: each shard group holds one copy, gradients are also
+all-reduced across copies), which becomes ``accelerator.torch_device_mesh``
+(:mod:`accel_backends.fsdp_mesh`).
 
 Selected by ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))``, by
 ``ACCEL_STRATEGY=fsdp`` (``accel launch``; ``ACCEL_STRATEGY_CONFIG`` holds the ``fsdp_config``
-keys), or ``Accelerator(strategy="fsdp")``. Without a plugin the strategy builds one and defaults
-to FSDP version 2 (Accelerate's plugin defaults to 1). FSDP version 1 is not built yet.
+keys), by ``Accelerator(strategy="fsdp")``, or by a ``ParallelismConfig`` with ``dp_shard_size >
+1`` when nothing else names a strategy. Without a plugin the strategy builds one and defaults to
+FSDP version 2 (Accelerate's plugin defaults to 1). FSDP version 1 is not built yet.
 
 ``prepare`` shards as :func:`accel_backends.fsdp_sharding.shard_model` says: activation
 checkpointing of the policy's layers (parameter names then show ``_checkpoint_wrapped_module``,
@@ -71,6 +76,7 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     plugin_slot: ClassVar[str | None] = "fsdp_plugin"
     replicates_model: ClassVar[bool] = False
+    shards_over_mesh: ClassVar[bool] = True
     #: DCP's save is a collective: it can't run in a background thread beside training.
     supports_async_save: ClassVar[bool] = False
 
@@ -113,14 +119,16 @@ class FSDPStrategy(Strategy):
     # -- environment ---------------------------------------------------------------------------
 
     def setup_environment(self, state: AcceleratorState) -> None:
-        """Build the mesh of every process on this process's device.
+        """Build the mesh of every process on this process's device, or the mesh of the state's
+        ``ParallelismConfig`` (stored as ``state.device_mesh``; see :mod:`accel_backends.
+        fsdp_mesh`, which raises ``ValueError`` for a configuration without ``dp_shard``).
 
         A single process (``python script.py``, or a launch of one process, where no process
         group is formed) gets a one-process group of its own (gloo, or NCCL on CUDA), which
         ``teardown`` destroys: FSDP2 runs on one process too, with whole parameters, so a
         sharded checkpoint loads there. Several processes need the group the launch formed.
         """
-        from torch.distributed.device_mesh import init_device_mesh
+        from accel_backends.fsdp_mesh import fsdp_meshes
 
         if not torch.distributed.is_available():
             raise RuntimeError("strategy 'fsdp' needs torch.distributed, which this torch lacks")
@@ -134,7 +142,10 @@ class FSDPStrategy(Strategy):
             self._created_group = True
         self.device = state.device
         self.distributed_type = DistributedType.FSDP
-        self.mesh = init_device_mesh(self.device.type, (state.num_processes,))
+        meshes = fsdp_meshes(state.parallelism_config, self.device.type, state.num_processes)
+        self.mesh = meshes.shard
+        if meshes.config is not None:
+            state.device_mesh = meshes.config
 
     @property
     def root_device(self) -> torch.device:

@@ -38,8 +38,11 @@ from accel_core.optimizer import AcceleratedOptimizer, lomo_backward
 from accel_core.parallelism import (
     ParallelismConfigLike,
     ParallelismMixin,
+    check_sizes,
+    check_strategy,
     refuse_unsupported,
     setup_device_mesh,
+    wants_sharding,
 )
 from accel_core.precision import Precision
 from accel_core.process_api import ProcessMixin
@@ -92,8 +95,9 @@ class Accelerator(
         dynamo_backend, dynamo_plugin: compile prepared models with ``torch.compile`` (one of
             the two); fields not given come from ``ACCEL_DYNAMO_*`` (or Accelerate's
             ``ACCELERATE_DYNAMO_*``), see ``TorchDynamoPlugin``.
-        parallelism_config: Accelerate's ``ParallelismConfig``: data parallelism only
-            (``dp_replicate_size`` 1 or the number of processes; see :mod:`accel_core.parallelism`).
+        parallelism_config: Accelerate's ``ParallelismConfig``: data parallelism, replicated
+            (``dp_replicate_size``) and sharded (``dp_shard_size``, FSDP2; HSDP with both), the
+            sizes multiplying to the number of processes (see :mod:`accel_core.parallelism`).
         strategy: a strategy name (``"single_device"``, ``"ddp"``, or one installed by
             accel-backends) or a :class:`~accel_core.Strategy`; default from ``ACCEL_STRATEGY``,
             else ``"ddp"`` with several processes and ``"single_device"`` with one.
@@ -145,6 +149,7 @@ class Accelerator(
             _from_accelerator=True,
             **(init_handler.to_kwargs() if init_handler is not None else {}),
         )
+        check_sizes(parallelism_config, self.state.num_processes)
         self.strategy = resolve_strategy(
             strategy,
             launch_strategy=environment.strategy,
@@ -152,7 +157,9 @@ class Accelerator(
             world_size=self.state.num_processes,
             kwargs_handlers=list(self.handlers.values()),
             plugins=plugins,
+            sharded=wants_sharding(parallelism_config),
         )
+        check_strategy(parallelism_config, self.strategy)
         self.strategy.setup_environment(self.state)
         self.state._set_strategy(self.strategy)
         if self.state.device_mesh is None:

@@ -1,21 +1,22 @@
 """Accelerate's ``ParallelismConfig`` on accel, and the parallel-rank properties of Accelerator.
 
-accel runs data parallelism (the ``ddp`` strategy). ``Accelerator(parallelism_config=...)``
-accepts a configuration that describes it: ``dp_shard_size``, ``tp_size``, ``cp_size`` and
-``sp_size`` are 1, and ``dp_replicate_size`` is 1 or the number of processes. Anything else is
-refused when the Accelerator is built, before the process group is touched:
+accel runs the data-parallel dimensions: ``dp_replicate`` (whole copies) and ``dp_shard`` (the
+model sharded over the processes of the dimension; both > 1 is HSDP). ``tp_size``, ``cp_size``
+and ``sp_size > 1`` (tensor, context and sequence parallelism) are out of scope
+(:class:`~accel_core.out_of_scope.OutOfScopeError`, raised before the process state exists).
+When the Accelerator is built, before the strategy sets up its environment and before any model
+is prepared, ``ValueError`` is raised for sizes whose product is neither 1 nor the number of
+processes (:func:`check_sizes`, as in Accelerate), and for ``dp_shard_size > 1`` under a strategy
+that does not shard over the mesh (:func:`check_strategy`, ``Strategy.shards_over_mesh``).
 
-- ``dp_shard_size > 1`` shards the model (FSDP / HSDP): accel-backends does not provide the FSDP
-  strategy yet (``NotImplementedError``);
-- ``tp_size``, ``cp_size`` or ``sp_size > 1``: tensor, context and sequence parallelism are out
-  of scope (:class:`~accel_core.out_of_scope.OutOfScopeError`);
-- sizes whose product is neither 1 nor the number of processes: ``ValueError``, as in Accelerate.
-
-With ``dp_replicate_size > 1`` the Accelerator builds torch's ``DeviceMesh`` as Accelerate does:
-one dimension named ``"dp_replicate"`` over every process, flattened into ``"dp"``
-(``accelerator.torch_device_mesh``); otherwise there is no mesh (None). As in Accelerate, on
-several accelerator devices a configuration of size 1 is read as ``dp_replicate_size =
-num_processes``.
+``dp_shard_size > 1`` chooses the sharding strategy (FSDP2 from accel-backends) when neither the
+code (``strategy=``, a plugin) nor the launch (``ACCEL_STRATEGY``) names one; that strategy builds
+the mesh (``dp_replicate, dp_shard``, flattened ``dp``, ``dp_shard_cp``, ``dp_cp``) in
+``setup_environment`` and stores it in the state. With ``dp_replicate_size > 1`` alone the
+Accelerator builds the mesh as Accelerate does: one dimension named ``"dp_replicate"`` over every
+process, flattened into ``"dp"`` (``accelerator.torch_device_mesh``); otherwise there is no mesh
+(None). As in Accelerate, on several accelerator devices a configuration of size 1 is read as
+``dp_replicate_size = num_processes``.
 
 The configuration object is recognised by its fields (:class:`ParallelismConfigLike`): the
 ``ParallelismConfig`` class belongs to accel-backends, which accel-core does not import.
@@ -34,10 +35,11 @@ from accel_core.out_of_scope import out_of_scope
 
 if TYPE_CHECKING:
     from accel_core.state import AcceleratorState
+    from accel_core.strategies import Strategy
 
 logger = logging.getLogger(__name__)
 
-_INSTEAD = "leave it at 1: accel trains with data parallelism (the ddp strategy)"
+_INSTEAD = "leave it at 1: accel trains with data parallelism (dp_replicate_size, dp_shard_size)"
 
 
 class ParallelismConfigLike(Protocol):
@@ -56,7 +58,8 @@ def _size(config: ParallelismConfigLike, name: str) -> int:
 
 
 def refuse_unsupported(config: ParallelismConfigLike | None) -> None:
-    """Raise for the dimensions accel does not run (see the module docstring)."""
+    """Raise ``OutOfScopeError`` for the dimensions accel does not run (tensor, context and
+    sequence parallelism)."""
     if config is None:
         return
     for name, feature in (
@@ -67,13 +70,41 @@ def refuse_unsupported(config: ParallelismConfigLike | None) -> None:
         size = _size(config, name)
         if size > 1:
             raise out_of_scope(f"{feature} (ParallelismConfig({name}={size}))", _INSTEAD)
-    shards = _size(config, "dp_shard_size")
-    if shards > 1:
-        raise NotImplementedError(
-            f"ParallelismConfig(dp_shard_size={shards}) shards the model with FSDP through the "
-            "device mesh, which accel does not do yet; pass "
-            "fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2) to shard over every "
-            "process, or set dp_shard_size=1 to train with data parallelism (the ddp strategy)."
+
+
+def wants_sharding(config: ParallelismConfigLike | None) -> bool:
+    """Whether ``config`` shards the model (``dp_shard_size > 1``)."""
+    return config is not None and _size(config, "dp_shard_size") > 1
+
+
+def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> None:
+    """Raise ``ValueError`` when the data-parallel sizes of ``config`` multiply to neither 1 nor
+    ``num_processes``. Runs before the strategy is chosen."""
+    if config is None:
+        return
+    replicas, shards = _size(config, "dp_replicate_size"), _size(config, "dp_shard_size")
+    total = replicas * shards
+    if total not in (1, num_processes):
+        raise ValueError(
+            f"ParallelismConfig total_size ({total}) does not match num_processes "
+            f"({num_processes}): dp_replicate_size={replicas} x dp_shard_size={shards} must "
+            f"equal the world size {num_processes}; adjust the sizes (or leave both at 1)."
+        )
+
+
+def check_strategy(config: ParallelismConfigLike | None, strategy: Strategy) -> None:
+    """Raise ``ValueError`` when ``config`` shards the model (``dp_shard_size > 1``) and
+    ``strategy`` does not shard over the mesh. Runs before ``strategy.setup_environment``."""
+    if config is None:
+        return
+    replicas, shards = _size(config, "dp_replicate_size"), _size(config, "dp_shard_size")
+    if shards > 1 and not strategy.shards_over_mesh:
+        raise ValueError(
+            f"ParallelismConfig(dp_replicate_size={replicas}, dp_shard_size={shards}) shards the "
+            f"model over the device mesh, which strategy {strategy.name!r} does not do: leave "
+            "the choice to the configuration (no strategy=, plugin or ACCEL_STRATEGY; FSDP2 is "
+            "chosen), pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2) or launch "
+            "with `accel launch --use_fsdp`; or set dp_shard_size=1."
         )
 
 
@@ -83,16 +114,12 @@ def setup_device_mesh(
     num_processes: int,
     multi_device: bool,
 ) -> Any:
-    """Check the data-parallel size against ``num_processes`` and build the mesh (None when
-    there is none). Call on every process: building a mesh is a collective."""
-    if config is None:
+    """Build the mesh of a configuration that only replicates (None when there is none; a
+    sharding one is the strategy's to build). Call on every process, after
+    :func:`check_sizes`: building a mesh is a collective."""
+    if config is None or _size(config, "dp_shard_size") > 1:
         return None
     replicas = _size(config, "dp_replicate_size")
-    if replicas not in (1, num_processes):
-        raise ValueError(
-            f"ParallelismConfig total_size ({replicas}) does not match num_processes "
-            f"({num_processes}); set dp_replicate_size={num_processes} (or leave it at 1)."
-        )
     mesh = None
     if replicas > 1:
         from torch.distributed.device_mesh import init_device_mesh
@@ -179,9 +206,12 @@ class ParallelismMixin:
 
     @property
     def data_parallel_shard_rank(self) -> int:
-        """This process's rank in the shard group: 0 (sharding is off). Raises RuntimeError
-        without a parallelism configuration, as Accelerate does."""
-        self._require_parallelism_config("Shard-based data parallelism")
+        """This process's rank in the shard group (the mesh's ``dp_shard`` dimension; 0 with
+        ``dp_shard_size`` 1). Raises RuntimeError without a parallelism configuration, as
+        Accelerate does."""
+        config = self._require_parallelism_config("Shard-based data parallelism")
+        if _size(config, "dp_shard_size") > 1 and self.torch_device_mesh is not None:
+            return int(self.torch_device_mesh.get_local_rank("dp_shard"))
         return 0
 
     def _require_parallelism_config(self, what: str) -> ParallelismConfigLike:

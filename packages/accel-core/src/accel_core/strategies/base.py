@@ -74,6 +74,7 @@ Call order, on every process, for one ``Accelerator``:
 
 Questions the rest of accel-core asks instead of comparing distribution types: ``multi_device``,
 ``replicates_model`` (LocalSGD), ``reduces_gradients_in_step`` (``GradientState``),
+``shards_over_mesh`` (a ``ParallelismConfig`` with ``dp_shard_size > 1``),
 ``make_grad_scaler`` (``get_grad_scaler``), ``plugin`` (``AcceleratorState.deepspeed_plugin``,
 ``is_fsdp2``).
 
@@ -149,6 +150,10 @@ class Strategy(ABC):
     #: Whether the engine reduces gradients inside its own step (XLA under FSDP):
     #: ``GradientState.is_xla_gradients_synced`` then always reads True.
     reduces_gradients_in_step: ClassVar[bool] = False
+    #: Whether the strategy shards the model over the ``dp_shard`` dimension of the state's
+    #: ``ParallelismConfig`` (and replicates over ``dp_replicate``: HSDP) in
+    #: ``setup_environment``; a configuration with ``dp_shard_size > 1`` needs such a strategy.
+    shards_over_mesh: ClassVar[bool] = False
 
     distributed_type: DistributedType | None = None
     #: The Accelerate-style plugin object this strategy was created from (``DeepSpeedPlugin``,
@@ -335,7 +340,7 @@ class Strategy(ABC):
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The state dict of the unwrapped model, gathered as this strategy requires."""
-        return self.unwrap_model(model, keep_fp32_wrapper=False).state_dict()
+        return self.unwrap_model(model).state_dict()
 
     def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
         """Load ``state_dict`` into the (wrapped) model."""

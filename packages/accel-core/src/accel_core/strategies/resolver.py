@@ -15,8 +15,16 @@ if TYPE_CHECKING:
     from accel_core.kwargs_handlers import KwargsHandler
 
 
-def default_strategy_name(world_size: int) -> str:
-    """``ddp`` when the job has more than one process, else ``single_device``."""
+#: The strategy a ``ParallelismConfig`` with ``dp_shard_size > 1`` chooses when neither the code
+#: nor the launch names one: FSDP2 over the mesh (accel-backends).
+SHARDING_DEFAULT = "fsdp"
+
+
+def default_strategy_name(world_size: int, *, sharded: bool = False) -> str:
+    """:data:`SHARDING_DEFAULT` when the parallelism configuration shards the model (``sharded``),
+    else ``ddp`` when the job has more than one process, else ``single_device``."""
+    if sharded:
+        return SHARDING_DEFAULT
     return "ddp" if world_size > 1 else "single_device"
 
 
@@ -28,13 +36,15 @@ def resolve_strategy(
     world_size: int,
     kwargs_handlers: Sequence[KwargsHandler] = (),
     plugins: Mapping[str, object | None] | None = None,
+    sharded: bool = False,
 ) -> Strategy:
     """The strategy to use, created but not yet set up.
 
     Precedence: ``strategy`` (an instance is used as is; a name is created with no options), then
     an Accelerate-style plugin object (``plugins``, e.g. ``{"deepspeed": DeepSpeedPlugin(...)}``,
     given as the ``plugin`` option), then ``ACCEL_STRATEGY`` with ``ACCEL_STRATEGY_CONFIG`` as
-    options, then :func:`default_strategy_name`.
+    options, then :func:`default_strategy_name` (``sharded``: the parallelism configuration has
+    ``dp_shard_size > 1``).
     """
     if isinstance(strategy, Strategy):
         return strategy
@@ -50,4 +60,5 @@ def resolve_strategy(
         return create_strategy(
             launch_strategy, kwargs_handlers=kwargs_handlers, **dict(launch_options or {})
         )
-    return create_strategy(default_strategy_name(world_size), kwargs_handlers=kwargs_handlers)
+    name = default_strategy_name(world_size, sharded=sharded)
+    return create_strategy(name, kwargs_handlers=kwargs_handlers)

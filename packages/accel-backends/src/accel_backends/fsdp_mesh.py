@@ -1,0 +1,71 @@
+"""The device mesh the ``fsdp`` strategy shards over, from the state's ``ParallelismConfig``.
+
+Without a configuration (or with one of size 1 on one process) the strategy shards over a
+one-dimensional mesh of every process and ``accelerator.torch_device_mesh`` stays None, as in
+Accelerate. With ``dp_shard_size > 1`` it builds the configuration's mesh with Accelerate's names
+(dimensions ``dp_replicate`` when > 1, then ``dp_shard``; flattened ``dp``, ``dp_shard_cp`` and
+``dp_cp``) and shards over its ``fsdp_dim_names``, as Accelerate's FSDP2 does: ``dp_shard_cp``
+alone is FSDP; ``("dp_replicate", "dp_shard_cp")`` is HSDP (on a 2-D mesh ``fully_shard``
+replicates over the first dimension and shards over the second).
+
+A configuration that leaves nothing to shard across (``dp_shard_size`` 1) on several processes
+is Accelerate's ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, NamedTuple
+
+from accel_backends.parallelism_config import ParallelismConfig
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from accel_core.parallelism import ParallelismConfigLike
+
+
+class FSDPMeshes(NamedTuple):
+    """The mesh ``fully_shard`` gets, and the configuration's whole mesh (None without one)."""
+
+    shard: DeviceMesh
+    config: DeviceMesh | None
+
+
+def _size(config: ParallelismConfigLike, name: str) -> int:
+    value = getattr(config, name, None)
+    return 1 if value is None else int(value)
+
+
+def fsdp_meshes(
+    config: ParallelismConfigLike | None, device_type: str, num_processes: int
+) -> FSDPMeshes:
+    """Build the meshes on every process (a collective) for ``config`` (see the module docstring).
+
+    Raises:
+        ValueError: ``config`` has ``dp_shard_size`` 1 and the run has several processes (FSDP
+            would have no dimension to shard across).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    replicas = 1 if config is None else _size(config, "dp_replicate_size")
+    shards = 1 if config is None else _size(config, "dp_shard_size")
+    if config is None or (replicas * shards == 1 and num_processes == 1):
+        return FSDPMeshes(init_device_mesh(device_type, (num_processes,)), None)
+    if shards == 1:
+        raise ValueError(
+            "FSDP is enabled but the parallelism config has no dimension for FSDP to shard "
+            f"across: ParallelismConfig(dp_replicate_size={replicas}, dp_shard_size={shards}) "
+            f"on {num_processes} processes. Set dp_shard_size so that dp_replicate_size x "
+            f"dp_shard_size = {num_processes} (dp_shard_size={num_processes}: FSDP over every "
+            "process), or leave parallelism_config out."
+        )
+    if isinstance(config, ParallelismConfig):
+        parallel = config
+    else:  # an Accelerate-like object: build through ours, from its sizes
+        parallel = ParallelismConfig(
+            dp_replicate_size=replicas, dp_shard_size=shards, tp_size=1, cp_size=1, sp_size=1
+        )
+    mesh = parallel.get_device_mesh(device_type)
+    if parallel is not config and hasattr(config, "device_mesh"):
+        config.device_mesh = mesh  # what Accelerate's ParallelismConfig.get_device_mesh returns
+    return FSDPMeshes(mesh[tuple(parallel.fsdp_dim_names)], mesh)
