@@ -12,19 +12,27 @@ from typing import Any
 from accel_testing.processes import WorkerResult, run_workers
 
 WORKERS = Path(__file__).parent / "deepspeed_workers.py"
+FEATURE_WORKERS = Path(__file__).parent / "deepspeed_feature_workers.py"
 
 
-def run(function: str, out: Path, *args: str, processes: int = 2) -> list[WorkerResult]:
-    """Run ``deepspeed_workers.<function>(out, *args)`` on ``processes`` real processes."""
+def run(
+    function: str,
+    out: Path,
+    *args: str,
+    processes: int = 2,
+    workers: Path = WORKERS,
+    timeout: float = 240,
+) -> list[WorkerResult]:
+    """Run ``<workers>.<function>(out, *args)`` on ``processes`` real processes."""
     return run_workers(
         processes,
-        function=f"{WORKERS}::{function}",
+        function=f"{workers}::{function}",
         args=[str(out), *args],
         env={
             "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
         },
-        timeout=240,
+        timeout=timeout,
     )
 
 

@@ -558,7 +558,12 @@ def one_process() -> None:
     )
     found["no_loader"] = _error_of(lambda: prepare({}, keep, adamw))
     found["offload"] = _error_of(
-        lambda: prepare({"offload_optimizer_device": "cpu"}, keep, adamw, data)
+        lambda: prepare(
+            {"offload_optimizer_device": "nvme", "offload_optimizer_nvme_path": str(out)},
+            keep,
+            adamw,
+            data,
+        )
     )
     found["optimizer_alone"] = _error_of(lambda: prepare({}, adamw))
     (out / "results.json").write_text(json.dumps(found))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from accel_backends import DeepSpeedPlugin, HfDeepSpeedConfig, StrategyNotBuiltError
+from accel_backends import DeepSpeedPlugin, HfDeepSpeedConfig
 from accel_backends.deepspeed_sources import DeepSpeedConfigConflict
 from accel_core.out_of_scope import OutOfScopeError
 
@@ -232,19 +232,42 @@ def test_ms_amp_is_out_of_scope(monkeypatch: pytest.MonkeyPatch):
         DeepSpeedPlugin()
 
 
-def test_selection_is_the_states_and_needs_the_strategy():
+def test_selection_is_the_states():
     plugin = DeepSpeedPlugin()
     with pytest.raises(ValueError, match="enable_deepspeed_plugin"):
         plugin.select()
     with pytest.raises(NotImplementedError, match="enable_deepspeed_plugin"):
         plugin.selected = True
-    with pytest.raises(StrategyNotBuiltError, match="DeepSpeed strategy of accel-backends"):
-        plugin.select(_from_accelerator_state=True)
+    plugin.select(_from_accelerator_state=True)  # what the strategy does for the active plugin
+    assert plugin.selected is True
+    plugin._unselect()
+    assert plugin.selected is False
     with plugin.zero3_init_context_manager(enable=False):  # already off: nothing to change
         assert plugin.zero3_init_flag is False
-    with (
-        pytest.raises(StrategyNotBuiltError),
-        plugin.zero3_init_context_manager(enable=True),
-    ):
-        pass
+    with plugin.zero3_init_context_manager(enable=True):  # ZeRO-2: nothing to partition
+        assert plugin.zero3_init_flag is True
     assert plugin.zero3_init_flag is False  # left as it was
+
+
+def test_transformers_sees_zero3_while_zero_init_is_on():
+    hf_deepspeed = pytest.importorskip("transformers.integrations.deepspeed")
+    plugin = DeepSpeedPlugin(zero_stage=3)  # zero3_init_flag defaults to true under ZeRO-3
+    try:
+        plugin.set_deepspeed_weakref()
+        assert hf_deepspeed.is_deepspeed_zero3_enabled() is True
+        shown = hf_deepspeed.deepspeed_config()
+        # As Accelerate's: "auto" accumulation and micro-batch become 1, the "auto" train batch
+        # size is left out (nothing is prepared yet); the plugin's own config keeps its "auto".
+        assert (shown["gradient_accumulation_steps"], shown["train_micro_batch_size_per_gpu"]) == (
+            1,
+            1,
+        )
+        assert "train_batch_size" not in shown
+        assert plugin.deepspeed_config["train_batch_size"] == "auto"
+        with plugin.zero3_init_context_manager(enable=False):
+            assert hf_deepspeed.is_deepspeed_zero3_enabled() is False
+        assert hf_deepspeed.is_deepspeed_zero3_enabled() is True
+        DeepSpeedPlugin(zero_stage=2).set_deepspeed_weakref()  # another plugin, no zero.Init
+        assert hf_deepspeed.is_deepspeed_zero3_enabled() is False
+    finally:
+        hf_deepspeed.unset_hf_deepspeed_config()

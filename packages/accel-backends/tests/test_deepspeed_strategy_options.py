@@ -14,7 +14,6 @@ from accel_backends import (
     DeepSpeedStrategy,
     DummyOptim,
     DummyScheduler,
-    StrategyNotBuiltError,
 )
 from accel_core.strategies import register_strategy, resolve_strategy
 
@@ -55,10 +54,25 @@ def test_bad_options_are_refused():
         DeepSpeedStrategy(zero_stages=2)
     with pytest.raises(TypeError, match="got a plugin and options"):
         DeepSpeedStrategy(plugin=DeepSpeedPlugin(), zero_stage=2)
-    with pytest.raises(TypeError, match="needs a DeepSpeedPlugin, got dict"):
+    with pytest.raises(TypeError, match="needs DeepSpeedPlugin objects, got dict"):
         DeepSpeedStrategy(plugin={"a": {"zero_stage": 2}})
-    with pytest.raises(StrategyNotBuiltError, match=r"several DeepSpeed plugins at once \(2"):
-        DeepSpeedStrategy(plugin={"a": DeepSpeedPlugin(), "b": DeepSpeedPlugin()})
+    with pytest.raises(ValueError, match="empty dict"):
+        DeepSpeedStrategy(plugin={})
+
+
+def test_several_plugins_the_first_active_until_another_is_selected():
+    first, second = DeepSpeedPlugin(), DeepSpeedPlugin(zero_stage=1)
+    strategy = DeepSpeedStrategy(plugin={"a": first, "b": second})
+    assert strategy.plugin is first and strategy.plugins == {"a": first, "b": second}
+    assert strategy.select_plugin("b") is second
+    assert strategy.plugin is second and (first.selected, second.selected) == (False, True)
+    with pytest.raises(ValueError, match=r"no DeepSpeed plugin called 'c'.*\['a', 'b'\]"):
+        strategy.select_plugin("c")
+    assert strategy.plugin is second  # unchanged
+    alone = DeepSpeedStrategy(plugin=first)
+    assert alone.plugins is None
+    with pytest.raises(ValueError, match="one plugin, not named"):
+        alone.select_plugin("a")
 
 
 def test_dummies_are_prepared_as_an_optimizer_and_a_scheduler_but_never_step():

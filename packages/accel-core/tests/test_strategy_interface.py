@@ -282,3 +282,33 @@ def test_a_plugin_given_to_the_accelerator_is_not_replaced_by_the_strategys():
     state._set_strategy(_PluginStrategy(own))
     assert state.fsdp_plugin is given
     assert not state.is_fsdp2  # the strategy was not built from the given plugin
+
+
+class _SelectingStrategy(_PluginStrategy):
+    plugin_slot = "deepspeed_plugins"
+
+    def __init__(self, plugins: dict) -> None:
+        super().__init__(plugins["a"])
+        self.plugins, self.selected = plugins, []
+
+    def select_plugin(self, name):
+        self.selected.append(name)
+        self.plugin = self.plugins[name]
+
+
+def test_select_deepspeed_plugin_asks_the_strategy_and_names_what_exists():
+    plugins = {"a": types.SimpleNamespace(), "b": types.SimpleNamespace()}
+    strategy = _SelectingStrategy(plugins)
+    state = AcceleratorState(deepspeed_plugin=plugins)
+    state._set_strategy(strategy)
+    state.select_deepspeed_plugin("b")
+    assert strategy.selected == ["b"] and strategy.plugin is plugins["b"]
+    assert state.get_deepspeed_plugin("a") is plugins["a"]
+    with pytest.raises(ValueError, match=r"no DeepSpeed plugin called 'c': the Accelerator has "):
+        state.get_deepspeed_plugin("c")
+
+
+def test_select_deepspeed_plugin_without_plugins_to_choose_from_is_an_error():
+    accelerator = Accelerator()
+    with pytest.raises(ValueError, match="strategy 'single_device' has no plugins to choose from"):
+        accelerator.state.select_deepspeed_plugin("b")

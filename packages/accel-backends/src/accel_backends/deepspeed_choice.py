@@ -1,6 +1,7 @@
-"""Which :class:`DeepSpeedPlugin` the deepspeed strategy follows: the one given (a dict of named
-plugins holding one is accepted), or one built from the strategy's options and the launch
-environment (``ACCEL_STRATEGY_CONFIG``, which the plugin reads and labels itself).
+"""Which :class:`DeepSpeedPlugin` the deepspeed strategy follows: the one given, the first of a
+dict of named plugins (Accelerate's ``deepspeed_plugins``: one active at a time), or one built from
+the strategy's options and the launch environment (``ACCEL_STRATEGY_CONFIG``, which the plugin
+reads and labels itself).
 """
 
 from __future__ import annotations
@@ -10,29 +11,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from accel_backends.deepspeed_plugin import DeepSpeedPlugin
-from accel_backends.errors import StrategyNotBuiltError
 
 _PLUGIN_FIELDS = frozenset(f.name for f in dataclasses.fields(DeepSpeedPlugin))
 
 
-def single_plugin(plugin: object) -> DeepSpeedPlugin:
-    """``plugin``, or the one plugin of a dict of named plugins.
+def named_plugins(plugin: object) -> tuple[DeepSpeedPlugin, dict[str, DeepSpeedPlugin] | None]:
+    """The first plugin of ``plugin`` (a plugin, or a dict of named plugins, as Accelerate's
+    ``deepspeed_plugins``) and the named plugins (None for a plain plugin).
 
-    Raises ``StrategyNotBuiltError`` for several plugins, ``TypeError`` for anything else.
+    Raises ``ValueError`` for an empty dict, ``TypeError`` for anything but plugins.
     """
-    if isinstance(plugin, Mapping):
-        plugins = list(plugin.values())
-        if len(plugins) != 1:
-            raise StrategyNotBuiltError(
-                f"several DeepSpeed plugins at once ({len(plugins)} given) are not built yet in "
-                "accel-backends; pass one DeepSpeedPlugin."
+    named = dict(plugin) if isinstance(plugin, Mapping) else None
+    candidates = list(named.values()) if named is not None else [plugin]
+    if not candidates:
+        raise ValueError("deepspeed_plugins is an empty dict: give at least one DeepSpeedPlugin.")
+    for candidate in candidates:
+        if not isinstance(candidate, DeepSpeedPlugin):
+            raise TypeError(
+                "strategy 'deepspeed' needs DeepSpeedPlugin objects, got "
+                f"{type(candidate).__name__}"
             )
-        plugin = plugins[0]
-    if not isinstance(plugin, DeepSpeedPlugin):
-        raise TypeError(
-            f"strategy 'deepspeed' needs a DeepSpeedPlugin, got {type(plugin).__name__}"
-        )
-    return plugin
+    if named is not None and not all(isinstance(name, str) for name in named):
+        raise TypeError("the names of deepspeed_plugins must be strings")
+    return candidates[0], named
 
 
 def plugin_from_options(options: dict[str, Any]) -> DeepSpeedPlugin:

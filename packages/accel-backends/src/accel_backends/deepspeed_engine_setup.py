@@ -18,7 +18,12 @@ What :func:`build_engine` does, in this order (Hugging Face Accelerate 1.15's
 4. ``deepspeed.initialize`` with the model, the optimizer (or the ``DummyOptim``'s parameters, for
    the config's optimizer) and a DeepSpeed scheduler (or ``DummyScheduler``'s
    ``lr_scheduler_callable``). A torch scheduler is not given to the engine (as in Accelerate): it
-   stays the user's, stepped through an ``AcceleratedScheduler``.
+   stays the user's, stepped through an ``AcceleratedScheduler``. With the optimizer offloaded
+   to the CPU (``offload_optimizer_device="cpu"``, unless the config sets
+   ``zero_force_ds_cpu_optimizer`` false), a torch optimizer is replaced by DeepSpeed's CPU Adam
+   (or CPU Adagrad) on the same parameter groups, as in Accelerate: DeepSpeed compiles that C++ op
+   with ninja the first time a process uses it (minutes; cached under
+   ``~/.cache/torch_extensions``). NVMe offload is not built (DeepSpeed's async I/O op).
 """
 
 from __future__ import annotations
@@ -134,16 +139,21 @@ def check_objects(
             "You can only specify `accelerate.utils.DummyScheduler` in the code when using "
             "`accelerate.utils.DummyOptim`."
         )
-    offloaded = {
-        config.get("zero_optimization", {}).get(section, {}).get("device")
-        for section in ("offload_optimizer", "offload_param")
-    } - {None, "none"}
-    if offloaded:
+    if "nvme" in (
+        offload_device(plugin, "offload_optimizer"),
+        offload_device(plugin, "offload_param"),
+    ):
         raise StrategyNotBuiltError(
-            f"offloading to {', '.join(sorted(offloaded))} under the deepspeed strategy is not "
-            "built yet (it needs DeepSpeed's compiled CPU Adam); set offload_optimizer_device and "
-            "offload_param_device to 'none'."
+            "offloading to nvme under the deepspeed strategy is not built yet (it needs "
+            "DeepSpeed's compiled async I/O op); offload to 'cpu' or set the offload devices to "
+            "'none'."
         )
+
+
+def offload_device(plugin: DeepSpeedPlugin, section: str) -> str:
+    """``zero_optimization.<section>.device`` of the config: ``none``, ``cpu`` or ``nvme``."""
+    found = plugin.deepspeed_config.get("zero_optimization", {}).get(section, {}).get("device")
+    return "none" if found is None else str(found)
 
 
 def fill_config(plugin: DeepSpeedPlugin, request: EngineRequest) -> None:
@@ -281,6 +291,14 @@ def build_engine(
         if isinstance(scheduler, DummyScheduler) and scheduler.lr_scheduler_callable is not None:
             kwargs["lr_scheduler"] = scheduler.lr_scheduler_callable
     elif optimizer is not None:
+        if offload_device(plugin, "offload_optimizer") != "none" and plugin.deepspeed_config.get(
+            "zero_force_ds_cpu_optimizer", True
+        ):
+            # DeepSpeed refuses a torch optimizer on offloaded states: its own CPU optimizer
+            # (compiled on first use) takes the user's parameter groups, as in Accelerate.
+            from accel_backends.deepspeed_wrappers import map_pytorch_optim_to_deepspeed
+
+            optimizer = map_pytorch_optim_to_deepspeed(optimizer)
         kwargs["optimizer"] = optimizer
         if type(scheduler).__name__ in VALID_LR_SCHEDULES:
             kwargs["lr_scheduler"] = scheduler

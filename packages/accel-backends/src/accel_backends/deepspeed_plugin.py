@@ -34,7 +34,7 @@ from accel_backends.deepspeed_resolution import (
     resolve_deepspeed_config,
 )
 from accel_backends.deepspeed_sources import Sourced
-from accel_backends.errors import StrategyNotBuiltError, require_engine
+from accel_backends.errors import require_engine
 from accel_backends.launch_settings import LaunchSettings, as_bool, as_float, as_int, as_str
 from accel_core.module_inspection import get_module_class_from_name
 from accel_core.out_of_scope import out_of_scope
@@ -232,12 +232,18 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
         return self.resolved_config.describe()
 
     def set_deepspeed_weakref(self) -> None:
-        """Make transformers see this config (for ``zero.Init`` in ``from_pretrained``)."""
-        raise StrategyNotBuiltError(
-            "DeepSpeedPlugin.set_deepspeed_weakref (zero.Init in transformers' from_pretrained) "
-            "is not built yet in the DeepSpeed strategy of accel-backends: build the model "
-            "without zero.Init (zero3_init_flag=False); ZeRO-3 partitions it at prepare()."
-        )
+        """Show this config to transformers (when installed), so that its
+        ``is_deepspeed_zero3_enabled()`` is true and ``from_pretrained`` builds under
+        ``zero.Init`` while ``zero3_init_flag`` is on with ZeRO-3; otherwise take it away.
+
+        Accelerate shows the config whatever the flag; here the flag decides, so that
+        :meth:`zero3_init_context_manager` ``(enable=False)`` turns ``from_pretrained``'s
+        ``zero.Init`` off (see :mod:`accel_backends.deepspeed_zero_init`).
+        """
+        from accel_backends.deepspeed_zero_init import point_transformers_at
+
+        #: Kept alive here: transformers only holds a weak reference to it.
+        self.dschf = point_transformers_at(self)
 
     def is_zero3_init_enabled(self) -> bool | None:
         """Whether models are built sharded with ``deepspeed.zero.Init``."""
@@ -245,7 +251,9 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
 
     @contextmanager
     def zero3_init_context_manager(self, enable: bool = False) -> Iterator[None]:
-        """Build models inside the block with ``zero.Init`` on (``enable``) or off."""
+        """Build models inside the block with ``zero.Init`` on (``enable``) or off: for
+        ``Accelerator.init_module()`` and transformers' ``from_pretrained``. Turning it on
+        outside ZeRO-3 changes nothing (there is nothing to partition)."""
         if self.zero3_init_flag == enable:
             yield
             return
@@ -253,10 +261,6 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
         self.zero3_init_flag = enable
         try:
             self.set_deepspeed_weakref()
-        except BaseException:
-            self.zero3_init_flag = old
-            raise
-        try:
             yield
         finally:
             self.zero3_init_flag = old

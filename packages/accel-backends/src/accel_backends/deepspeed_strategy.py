@@ -23,12 +23,20 @@ The engine owns the model, the optimizer, the loss scaling, gradient accumulatio
 - ``get_state_dict``/``save_model``: the full state dict (ZeRO-3: gathered to process 0 when
   ``zero3_save_16bit_model`` is on, else an error saying how).
 
-Not built yet: CPU/NVMe offload, ``zero.Init`` (``init_module`` / ``zero3_init_flag``), several
-plugins at once, DeepSpeed's tensor and sequence parallelism.
+- Several plugins (``Accelerator(deepspeed_plugins={"a": p1, "b": p2})``): the first is active,
+  :meth:`DeepSpeedStrategy.select_plugin` (``AcceleratorState.select_deepspeed_plugin``) switches,
+  and each ``prepare`` builds its engine from the plugin active then (one model per call).
+- ``Accelerator.init_module()`` under ZeRO-3 with ``zero3_init_flag``: ``deepspeed.zero.Init``
+  (:mod:`accel_backends.deepspeed_zero_init`).
+- CPU offload of the optimizer (DeepSpeed's CPU Adam replaces a torch Adam/AdamW; compiled on
+  first use) and, under ZeRO-3, of the parameters.
+
+Not built yet: NVMe offload, DeepSpeed's tensor and sequence parallelism.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import warnings
@@ -39,7 +47,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from accel_backends import deepspeed_checkpoint as checkpoint
-from accel_backends.deepspeed_choice import plugin_from_options, single_plugin
+from accel_backends.deepspeed_choice import named_plugins, plugin_from_options
 from accel_backends.deepspeed_engine_setup import (
     EngineRequest,
     build_engine,
@@ -48,6 +56,7 @@ from accel_backends.deepspeed_engine_setup import (
 from accel_backends.deepspeed_plugin import DeepSpeedPlugin
 from accel_backends.deepspeed_precision import DeepSpeedPrecision, configured_mode
 from accel_backends.deepspeed_sources import DeepSpeedConfigConflict, Disagreement, Sourced
+from accel_backends.deepspeed_zero_init import zero3_init_enabled, zero_init_context
 from accel_backends.errors import require_engine
 from accel_core.strategies import SetupResult, Strategy
 from accel_ops import DistributedType
@@ -68,14 +77,14 @@ class DeepSpeedStrategy(Strategy):
 
     Args:
         kwargs_handlers: the Accelerator's handlers (none concerns DeepSpeed).
-        plugin: the plugin to follow (a dict of named plugins holding one is accepted); built from
-            ``options`` and the launch environment when not given.
+        plugin: the plugin to follow, or a dict of named plugins (Accelerate's
+            ``deepspeed_plugins``; the first is active, :meth:`select_plugin` switches); built
+            from ``options`` and the launch environment when not given.
         **options: fields of ``DeepSpeedPlugin``, or the ``deepspeed_config`` keys that ``accel
             launch`` passed in ``ACCEL_STRATEGY_CONFIG`` (the plugin reads those itself).
 
     Raises:
         TypeError: for an option that is neither, or a plugin of another type.
-        StrategyNotBuiltError: for several plugins at once.
         DeepSpeedConfigConflict: (from the plugin) for a setting given twice with different values.
     """
 
@@ -100,9 +109,12 @@ class DeepSpeedStrategy(Strategy):
                 f"strategy 'deepspeed' got a plugin and options {sorted(options)}; set them on "
                 "the plugin"
             )
-        self.plugin: DeepSpeedPlugin = single_plugin(plugin)
+        #: The active plugin: the next engine is built from its config.
+        self.plugin: DeepSpeedPlugin
+        self.plugin, self.plugins = named_plugins(plugin)
         self.device = torch.device("cpu")
         self._engines: list[torch.nn.Module] = []
+        self._trained_plugin: DeepSpeedPlugin | None = None  # of the engine backward runs
         self._wrapper: DeepSpeedEngineWrapper | None = None
         self._batch_sizes: list[int | None] = []
         self._split_batches = False
@@ -115,8 +127,9 @@ class DeepSpeedStrategy(Strategy):
 
     def setup_environment(self, state: AcceleratorState) -> None:
         """Check that DeepSpeed is installed, take the device, and give a one-process run its own
-        process group (DeepSpeed always needs one). The plugin becomes the active one (the state
-        shows it in ``deepspeed_plugins`` when the Accelerator was given none: ``plugin_slot``)."""
+        process group (DeepSpeed always needs one). The (first) plugin becomes the active one
+        (the state shows it in ``deepspeed_plugins`` when the Accelerator was given none:
+        ``plugin_slot``)."""
         require_engine("deepspeed", "the deepspeed strategy")
         distributed = torch.distributed
         if not distributed.is_initialized():
@@ -134,7 +147,29 @@ class DeepSpeedStrategy(Strategy):
         self._num_processes = state.num_processes
         self._rank = state.process_index
         self.distributed_type = DistributedType.DEEPSPEED
-        self.plugin._set_selected(True)
+        self.select_plugin(None)
+
+    def select_plugin(self, name: str | None) -> DeepSpeedPlugin:
+        """Make the plugin called ``name`` the active one (``None``: the current one), as
+        Accelerate's ``AcceleratorState.select_deepspeed_plugin``: the next ``prepare`` builds
+        its engine from that plugin's config, and ``Accelerator.init_module`` follows its
+        ``zero3_init_flag``. Engines already built keep their own config.
+
+        Raises ``ValueError`` for a name not among the plugins (or any name with one plugin).
+        """
+        if name is not None:
+            if self.plugins is None or name not in self.plugins:
+                known = "one plugin, not named" if self.plugins is None else sorted(self.plugins)
+                raise ValueError(
+                    f"no DeepSpeed plugin called {name!r}: the Accelerator was given {known}; "
+                    "name plugins with Accelerator(deepspeed_plugins={'name': plugin, ...})."
+                )
+            self.plugin = self.plugins[name]
+        for other in (self.plugins or {}).values():
+            if other is not self.plugin:
+                other._unselect()
+        self.plugin.select(_from_accelerator_state=True)
+        return self.plugin
 
     @property
     def root_device(self) -> torch.device:
@@ -150,7 +185,8 @@ class DeepSpeedStrategy(Strategy):
     ) -> Precision:
         """Turn the config's fp16/bf16 section on for ``mode``; the precision reported is what the
         config then enables (as in Accelerate, the DeepSpeed config decides)."""
-        self.plugin.set_mixed_precision(mode)
+        for plugin in self._all_plugins():
+            plugin.set_mixed_precision(mode)
         config = self.plugin.deepspeed_config
         self._precision = DeepSpeedPrecision(configured_mode(config), self.root_device)
         return self._precision
@@ -160,22 +196,33 @@ class DeepSpeedStrategy(Strategy):
     ) -> GradientAccumulationPlugin:
         """Reconcile the Accelerator's accumulation steps with the config's: ``"auto"`` takes the
         Accelerator's; a number in the config wins over the Accelerator's default of 1 (as in
-        Accelerate); two different numbers >1 are a :class:`DeepSpeedConfigConflict`."""
-        key = "gradient_accumulation_steps"
+        Accelerate); two different numbers >1 are a :class:`DeepSpeedConfigConflict`. The
+        active plugin decides; the others take the same rule (their ``"auto"`` is filled)."""
         steps = plugin.num_steps or 1
-        given = Sourced(steps, f"Accelerator(gradient_accumulation_steps={steps})")
-        configured = self.plugin.get_value(key)
-        if configured in (None, "auto"):
-            self.plugin.resolved_config.fill({key: given})
-            return plugin
+        for other in self._all_plugins():
+            if other is not self.plugin:
+                _reconcile_accumulation(other, steps)
+        configured = _reconcile_accumulation(self.plugin, steps)
         if configured == steps:
             return plugin
-        if steps != 1:
-            known = self.plugin.resolved_config.current().get(key)
-            first = known if known is not None else Sourced(configured, "the DeepSpeed config")
-            raise DeepSpeedConfigConflict([Disagreement(key, first, given)])
         logger.info("gradient accumulation: %s steps, from the DeepSpeed config", configured)
-        return dataclasses.replace(plugin, num_steps=int(configured))
+        return dataclasses.replace(plugin, num_steps=configured)
+
+    def _all_plugins(self) -> list[DeepSpeedPlugin]:
+        return [self.plugin] if self.plugins is None else list(self.plugins.values())
+
+    # -- building models partitioned (zero.Init) -----------------------------------------------
+
+    def module_init_context(
+        self, empty_init: bool | None = None
+    ) -> contextlib.AbstractContextManager[object]:
+        """``deepspeed.zero.Init`` when the active plugin is ZeRO-3 with ``zero3_init_flag`` (its
+        default under ZeRO-3): each module is partitioned between the processes as it is built
+        (``empty_init`` changes nothing then: nothing is materialised whole). Otherwise modules
+        are created on the device, or on the meta device with ``empty_init=True``."""
+        if zero3_init_enabled(self.plugin):
+            return zero_init_context(self.plugin, self.device)
+        return torch.device("meta" if empty_init else self.device)
 
     # -- setup ---------------------------------------------------------------------------------
 
@@ -198,10 +245,12 @@ class DeepSpeedStrategy(Strategy):
         )
         from accel_core.gradient_state import GradientState
 
-        if len(models) + len(self._engines) > 1:
+        if len(models) > 1 or (models and self._engines and self.plugins is None):
             raise ValueError(
                 "You can't use same `Accelerator()` instance with multiple models when using "
-                "DeepSpeed: create one Accelerator per model."
+                "DeepSpeed: create one Accelerator per model, or give it one plugin per model "
+                "(Accelerator(deepspeed_plugins={'name': plugin, ...})) and prepare each model "
+                "in its own prepare() call after accelerator.state.select_deepspeed_plugin(name)."
             )
         if len(optimizers) > 1 or len(schedulers) > 1:
             raise ValueError(
@@ -230,6 +279,8 @@ class DeepSpeedStrategy(Strategy):
             num_processes=self._num_processes,
             accumulation_steps=GradientState().num_steps,
         )
+        if self.plugin.is_auto("gradient_accumulation_steps"):  # a plugin selected after setup
+            _reconcile_accumulation(self.plugin, request.accumulation_steps)
         configured = self.plugin.get_value("gradient_accumulation_steps")
         if configured != request.accumulation_steps:
             engine = Sourced(configured, "the DeepSpeed config of the engine")
@@ -239,7 +290,15 @@ class DeepSpeedStrategy(Strategy):
             )
         built = build_engine(self.plugin, request, self.device)
         self._engines.append(built.engine)
-        self._wrapper = DeepSpeedEngineWrapper(built.engine)
+        if self._wrapper is None or (optimizers and self._trained_plugin is None):
+            # backward runs through the first engine prepared with an optimizer (else the first)
+            self._wrapper = DeepSpeedEngineWrapper(built.engine)
+            self._trained_plugin = self.plugin if optimizers else None
+        elif optimizers:
+            logger.warning(
+                "a second DeepSpeed engine with an optimizer: accelerator.backward() keeps "
+                "running through the first one; use one Accelerator per trained model."
+            )
         result.models = [built.engine]
         if optimizers and built.optimizer is not None:
             result.optimizers = [DeepSpeedOptimizerWrapper(built.optimizer)]
@@ -257,6 +316,26 @@ class DeepSpeedStrategy(Strategy):
         return self.setup([module], [], [], []).models[0]
 
     # -- the training step ---------------------------------------------------------------------
+
+    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Nothing: the engine keeps the cycle's gradients in its own partitioned buffers, and
+        neither its checkpoint nor accel's can save them. Warns, since a run resumed from this
+        checkpoint continues without the micro-batches of the unfinished cycle (as under
+        Accelerate); saving at the end of a cycle (every ``gradient_accumulation_steps``
+        batches) resumes exactly."""
+        warnings.warn(
+            "save_state inside a gradient accumulation cycle under DeepSpeed: the engine does not "
+            "save the gradients accumulated so far, so a run resumed from this checkpoint "
+            "continues without them. Save at the end of a cycle to resume exactly.",
+            stacklevel=2,
+        )
+        return {}
+
+    def restore_accumulated_gradients(
+        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
+    ) -> None:
+        """Nothing to restore (see :meth:`accumulated_gradients`); the engine's own state came
+        back with its checkpoint."""
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """The engine's backward, then at the end of an accumulation cycle its step (see the
@@ -291,7 +370,7 @@ class DeepSpeedStrategy(Strategy):
         """The engine's gradient norm of its last step (NaN before the first one; Accelerate
         returns None there). The engine clipped at the config's ``gradient_clipping`` already;
         a different ``max_norm`` is ignored, with a warning the first time."""
-        configured = self.plugin.get_value("gradient_clipping", 0.0)
+        configured = (self._trained_plugin or self.plugin).get_value("gradient_clipping", 0.0)
         if not self._warned_max_norm and configured != max_norm:
             self._warned_max_norm = True
             clips = f"clips at {configured}" if configured else "does not clip"
@@ -382,3 +461,20 @@ class DeepSpeedStrategy(Strategy):
             "this model was not prepared by this Accelerator's deepspeed strategy; pass the model "
             "accelerator.prepare() returned."
         )
+
+
+def _reconcile_accumulation(plugin: DeepSpeedPlugin, steps: int) -> int:
+    """Fill ``plugin``'s ``"auto"`` accumulation steps with the Accelerator's ``steps``, or check
+    its number against them (see ``DeepSpeedStrategy.configure_accumulation``); returns the
+    number the plugin now holds."""
+    key = "gradient_accumulation_steps"
+    given = Sourced(steps, f"Accelerator(gradient_accumulation_steps={steps})")
+    configured = plugin.get_value(key)
+    if configured in (None, "auto"):
+        plugin.resolved_config.fill({key: given})
+        return steps
+    if configured != steps and steps != 1:
+        known = plugin.resolved_config.current().get(key)
+        first = known if known is not None else Sourced(configured, "the DeepSpeed config")
+        raise DeepSpeedConfigConflict([Disagreement(key, first, given)])
+    return int(configured)

@@ -227,6 +227,21 @@ class FSDPStrategy(Strategy):
         )
         return _full(norm)
 
+    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """This process's unreduced gradients of the cycle so far (FSDP2 keeps them unsharded
+        while synchronisation is off; see :mod:`accel_backends.fsdp_accumulation`)."""
+        from accel_backends.fsdp_accumulation import accumulated_gradients
+
+        return accumulated_gradients(self.unwrap_model(model))
+
+    def restore_accumulated_gradients(
+        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
+    ) -> None:
+        """Put them back where the next synchronising backward adds to them."""
+        from accel_backends.fsdp_accumulation import restore_accumulated_gradients
+
+        restore_accumulated_gradients(self.unwrap_model(model), gradients)
+
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
         """Backward passes keep unsharded gradients locally instead of reduce-scattering them
         (``set_requires_gradient_sync(False)``); the next synchronising backward reduces the sum."""

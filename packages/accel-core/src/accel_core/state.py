@@ -106,6 +106,27 @@ class AcceleratorState:
         candidates = list(plugins.values())
         return next((p for p in candidates if getattr(p, "selected", False)), candidates[0])
 
+    def select_deepspeed_plugin(self, name: str | None = None) -> None:
+        """Make the DeepSpeed plugin called ``name`` the active one (Accelerate's multi-model
+        DeepSpeed): the next ``prepare`` builds its engine from that plugin's config. Asks the
+        strategy (``select_plugin``); a strategy with no plugins to choose from is an error."""
+        select = getattr(self.strategy, "select_plugin", None)
+        if select is None:
+            chosen = getattr(self.strategy, "name", None)
+            raise ValueError(
+                f"select_deepspeed_plugin({name!r}): strategy {chosen!r} has no plugins to choose "
+                "from; pass Accelerator(deepspeed_plugins={'name': DeepSpeedPlugin(...), ...})."
+            )
+        select(name)
+
+    def get_deepspeed_plugin(self, name: str) -> Any:
+        """The DeepSpeed plugin called ``name`` of those given to the Accelerator."""
+        plugins = self.deepspeed_plugins
+        if not isinstance(plugins, dict) or name not in plugins:
+            known = sorted(plugins) if isinstance(plugins, dict) else "no named plugins"
+            raise ValueError(f"no DeepSpeed plugin called {name!r}: the Accelerator has {known}.")
+        return plugins[name]
+
     def _strategy_built_from(self, plugins: object) -> bool:
         """Whether the chosen strategy was created from ``plugins`` (one of them, for a dict)."""
         chosen = getattr(self.strategy, "plugin", None)

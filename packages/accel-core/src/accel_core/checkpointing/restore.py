@@ -84,7 +84,7 @@ def load(
         reader, models, accelerator._optimizers, map_location=map_location, strict=strict
     )
     for model, saved in zip(models, gradients, strict=True):
-        _restore_gradients(accelerator.unwrap_model(model), saved)
+        accelerator.strategy.restore_accumulated_gradients(model, saved)
     for scheduler, state in zip(accelerator._schedulers, scheduler_states, strict=True):
         scheduler.load_state_dict(state)
     if scaler_state is not None:
@@ -152,15 +152,6 @@ def _verify_split(
     if found is not None:
         raise CheckpointError(found)
     reader.mark_verified(sorted(manifest.files))
-
-
-def _restore_gradients(model: Any, saved: dict[str, Any] | None) -> None:
-    """Gradients accumulated before the checkpoint (none saved: the cycle had just ended)."""
-    for name, parameter in model.named_parameters():
-        if saved is None or name not in saved:
-            parameter.grad = None
-        else:
-            parameter.grad = saved[name].to(parameter.device, parameter.dtype)
 
 
 def _check_counts(accelerator: Accelerator, reader: CheckpointReader) -> None:

@@ -156,16 +156,9 @@ def staged(snapshot: Snapshot) -> dict[str, Any]:
 def _accumulated_gradients(accelerator: Accelerator) -> list[dict[str, torch.Tensor]]:
     """Each model's gradients, when the checkpoint falls inside an accumulation cycle."""
     steps = accelerator.gradient_accumulation_steps
-    if steps <= 1 or accelerator.step % steps == 0 or accelerator.strategy.handles_accumulation:
+    if steps <= 1 or accelerator.step % steps == 0:
         return []
-    return [
-        {
-            name: parameter.grad
-            for name, parameter in accelerator.unwrap_model(model).named_parameters()
-            if parameter.grad is not None
-        }
-        for model in accelerator._models
-    ]
+    return [accelerator.strategy.accumulated_gradients(model) for model in accelerator._models]
 
 
 def _loader_position(loader: Any) -> dict[str, Any]:

@@ -63,13 +63,18 @@ Call order, on every process, for one ``Accelerator``:
       checkpoint under ``writer.path("pytorch_model_fsdp_0")``, or an engine's own
       ``save_checkpoint(writer.root, ...)``) and calls ``writer.record(name)`` for what it wrote.
    d. ``checkpoint_extra_state()`` -- JSON-serialisable strategy state kept in the manifest.
+   e. Inside an accumulation cycle, ``accumulated_gradients(model)`` -- this process's
+      gradients so far, by parameter name, written per rank beside the model (see
+      ``checkpointing.names.gradients_file``).
 
    Loading, from a :class:`~accel_core.checkpointing.CheckpointReader` over a finished folder:
 
    a. ``load_checkpoint(reader, models, optimizers, map_location=..., strict=...)`` -- read and
       check everything first (keys, shapes, parameter groups), then load, so a mismatch changes
       nothing.
-   b. ``load_extra_state(state)`` with what ``checkpoint_extra_state`` returned.
+   b. ``restore_accumulated_gradients(model, gradients)`` for each model -- what
+      ``accumulated_gradients`` saved for this rank, or ``None`` (the cycle had ended).
+   c. ``load_extra_state(state)`` with what ``checkpoint_extra_state`` returned.
 10. ``teardown()`` -- from ``Accelerator.end_training()``, after every process finished.
 
 Questions the rest of accel-core asks instead of comparing distribution types: ``multi_device``,
@@ -337,6 +342,28 @@ class Strategy(ABC):
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
 
     # -- state dicts and checkpoints -----------------------------------------------------------
+
+    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The gradients ``model`` holds inside an accumulation cycle, by parameter name, as
+        this process saves them when a checkpoint falls mid-cycle (default: each parameter's
+        ``.grad``). An engine that keeps them elsewhere (FSDP2's unsharded accumulation
+        buffers) returns those."""
+        return {
+            name: parameter.grad
+            for name, parameter in self.unwrap_model(model).named_parameters()
+            if parameter.grad is not None
+        }
+
+    def restore_accumulated_gradients(
+        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
+    ) -> None:
+        """Put back what :meth:`accumulated_gradients` returned (``None``: the checkpoint was at
+        the end of a cycle, so no gradient is kept)."""
+        for name, parameter in self.unwrap_model(model).named_parameters():
+            if gradients is None or name not in gradients:
+                parameter.grad = None
+            else:
+                parameter.grad = gradients[name].to(parameter.device, parameter.dtype)
 
     def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
         """The state dict of the unwrapped model, gathered as this strategy requires."""
