@@ -236,16 +236,31 @@ def docs(session: nox.Session) -> None:
     session.run("mkdocs", "build", "--strict", "--site-dir", site, env={"NO_MKDOCS_2_WARNING": "1"})
 
 
+#: DeepSpeed for the benchmarks, built without its C++ ops (``DS_BUILD_OPS=0``).
+DEEPSPEED = "deepspeed==0.19.8"
+
+
 def _accelerate_python(session: nox.Session, with_transformers: bool = True) -> str:
-    """A separate venv with Hugging Face Accelerate (and transformers, for the benchmarks);
-    returns its interpreter. Without transformers it installs in about half a minute."""
+    """A separate venv with Hugging Face Accelerate (and, for the benchmarks, transformers and
+    DeepSpeed, which Accelerate's DeepSpeed integration needs); returns its interpreter. Without
+    them it installs in about half a minute."""
     venv = Path(session.create_tmp()) / "hf-accelerate"
     python = venv / "bin" / "python"
     if not python.exists():
         session.run("python", "-m", "venv", str(venv), external=True)
     session.run(str(python), "-m", "pip", "install", "-q", TORCH, external=True)
-    extra = ["transformers"] if with_transformers else []
-    session.run(str(python), "-m", "pip", "install", "-q", ACCELERATE, *extra, external=True)
+    extra = ["transformers", DEEPSPEED] if with_transformers else []
+    session.run(
+        str(python),
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        ACCELERATE,
+        *extra,
+        external=True,
+        env={"DS_BUILD_OPS": "0"},
+    )
     return str(python)
 
 
@@ -253,7 +268,7 @@ def _accelerate_python(session: nox.Session, with_transformers: bool = True) -> 
 def bench(session: nox.Session) -> None:
     """Benchmarks against Hugging Face Accelerate and raw PyTorch; writes benchmarks/RESULTS.md."""
     _install_local(session, list(LOCAL), extras="bench")
-    session.install("transformers")
+    session.install("transformers", DEEPSPEED, env={"DS_BUILD_OPS": "0"})
     env = {"ACCEL_BENCH_HF_PYTHON": _accelerate_python(session)}
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
 
