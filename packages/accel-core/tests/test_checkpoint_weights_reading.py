@@ -159,7 +159,7 @@ def test_a_reload_in_process_fills_the_optimizers_own_tensors_and_keeps_no_file_
 
 
 def test_a_first_load_keeps_nothing_mapped_from_optimizer_bin(tmp_path):
-    accelerator, _model, optimizer = _optimizer_setup(0)
+    accelerator, _, optimizer = _optimizer_setup(0)
     folder = Path(accelerator.save_state(tmp_path / "ckpt"))
     saved = {key: value.clone() for key, value in _optimizer_tensors(optimizer).items()}
     fresh = Accelerator()

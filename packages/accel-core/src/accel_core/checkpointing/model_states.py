@@ -174,9 +174,11 @@ def load_all(
     optimizer_states = []
     for index, optimizer in enumerate(optimizers):
         file = names.optimizer_file(index)
-        # An optimizer that has state already (a reload in the same process) takes the saved
-        # values into its own tensors: mapped from the file, copied once, nothing allocated.
-        mapped = device == "cpu" and bool(optimizer.state_dict()["state"])
+        # On CPU the file is mapped and each value copied once: into the optimizer's own tensor
+        # when it has state already (a reload in the same process: nothing allocated), else into
+        # new memory, which is faster than torch.load reading into fresh pages (2 processes,
+        # 336 MB: 0.143 s against 0.159 s a load). Nothing stays mapped afterwards.
+        mapped = device == "cpu"
         state = _read_optimizer_state(reader, file, device, mapped)
         check_optimizer_state(str(reader.path(file)), state, optimizer)
         optimizer_states.append((state, mapped))
