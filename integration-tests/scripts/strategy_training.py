@@ -41,7 +41,9 @@ if accelerator.is_main_process:
         else {
             "fsdp_version": plugin.fsdp_version,
             "reshard_after_forward": bool(plugin.reshard_after_forward),
+            "sharding_strategy": str(plugin.sharding_strategy),
             "state_dict_type": str(plugin.state_dict_type),
+            "wrapper": type(model).__name__,
         },
     }
     (out / "report.json").write_text(json.dumps(report))

@@ -32,9 +32,11 @@ VARIANTS = [
 ]
 
 
-def _plugin(state_dict_type: str, **options: object) -> FullyShardedDataParallelPlugin:
+def _plugin(
+    state_dict_type: str, fsdp_version: int = 2, **options: object
+) -> FullyShardedDataParallelPlugin:
     return FullyShardedDataParallelPlugin(
-        fsdp_version=2,
+        fsdp_version=fsdp_version,
         state_dict_type=state_dict_type,
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=["Block"],
@@ -49,9 +51,10 @@ def _folder(out: Path, variant: tuple[str, bool, int]) -> Path:
 
 def round_trips() -> None:
     """Train 3 steps, save model and optimizer in every variant, train 3 more; then, for each
-    variant, a fresh model and optimizer load it and train the same 3 steps."""
-    out = Path(sys.argv[1])
-    accelerator = _accelerator("SHARDED_STATE_DICT")
+    variant, a fresh model and optimizer load it and train the same 3 steps (argv[2]: the FSDP
+    version)."""
+    out, version = Path(sys.argv[1]), int(sys.argv[2])
+    accelerator = _accelerator("SHARDED_STATE_DICT", version)
     model = new_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
     model, optimizer = accelerator.prepare(model, optimizer)
@@ -59,7 +62,7 @@ def round_trips() -> None:
     at_save = _full_states(accelerator, model, optimizer)
     for variant in VARIANTS:
         kind, use_dcp, index = variant
-        plugin, folder = _plugin(kind), _folder(out, variant)
+        plugin, folder = _plugin(kind, version), _folder(out, variant)
         save_fsdp_model(plugin, accelerator, model, folder, model_index=index, use_dcp=use_dcp)
         save_fsdp_optimizer(
             plugin, accelerator, optimizer, model, folder, optimizer_index=index, use_dcp=use_dcp
@@ -73,8 +76,8 @@ def round_trips() -> None:
     results = {}
     for variant in VARIANTS:
         kind, use_dcp, index = variant
-        plugin, folder = _plugin(kind), _folder(out, variant)
-        accelerator = _accelerator("SHARDED_STATE_DICT")
+        plugin, folder = _plugin(kind, version), _folder(out, variant)
+        accelerator = _accelerator("SHARDED_STATE_DICT", version)
         model = new_model(seed=1)  # other weights: everything must come from the files
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
         model, optimizer = accelerator.prepare(model, optimizer)

@@ -18,13 +18,13 @@ from accel_backends import FSDPStrategy, FullyShardedDataParallelPlugin
 SAMPLES, LOADER_BATCH, SAVED_AFTER = 24, 2, 3  # 6 batches per process and epoch on 2 processes
 
 
-def _accelerator(state_dict_type: str):
+def _accelerator(state_dict_type: str, fsdp_version: int = 2):
     from accel_core import Accelerator
     from accel_core.strategies import register_strategy
 
     register_strategy("fsdp", FSDPStrategy)  # installed metadata may predate the entry point
     plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2,
+        fsdp_version=fsdp_version,
         state_dict_type=state_dict_type,
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=["Block"],
@@ -46,10 +46,13 @@ def _full_states(accelerator, model, optimizer) -> dict[str, object]:
         get_model_state_dict,
         get_optimizer_state_dict,
     )
+    from torch.distributed.fsdp import FullyShardedDataParallel
     from torch.utils._pytree import tree_map_only
 
     full = StateDictOptions(full_state_dict=True)
-    inner = accelerator.unwrap_model(model)
+    # torch's functions take FSDP1's wrapper itself, and the model FSDP2 sharded in place
+    fsdp1 = isinstance(model, FullyShardedDataParallel)
+    inner = model if fsdp1 else accelerator.unwrap_model(model)
     states = {
         "model": get_model_state_dict(inner, options=full),
         "optimizer": get_optimizer_state_dict(inner, optimizer.optimizer, options=full),

@@ -1,9 +1,10 @@
 """A training run under a backend strategy that checkpoints, can kill itself with SIGKILL, and
 resumes from its latest checkpoint. Run as a script by test_backend_kill_resume.py.
 
-The strategy comes from argv (``fsdp``, ``fsdp-full``, ``deepspeed2``, ``deepspeed3``). The
-model has dropout, the loader shuffles through the seedable sampler, gradients accumulate over 2
-batches and a scheduler steps: everything a resumed run must restore exactly. ``--die-after K``
+The strategy comes from argv (``fsdp``, ``fsdp-full``, ``fsdp1``, ``deepspeed2``,
+``deepspeed3``). The model has dropout, the loader shuffles through the seedable sampler,
+gradients accumulate over 2 batches and a scheduler steps: everything a resumed run must restore
+exactly. ``--die-after K``
 kills every process right after batch K (counted over the whole run); ``--resume`` loads the
 latest checkpoint and continues mid-epoch through ``skip_first_batches``. At the end the main
 process writes the full weights to ``<project>/final_weights.pt``.
@@ -34,7 +35,9 @@ def _engine_options(strategy: str) -> dict:
         from accel_backends import FullyShardedDataParallelPlugin
 
         kind = "FULL_STATE_DICT" if strategy == "fsdp-full" else "SHARDED_STATE_DICT"
-        return {"fsdp_plugin": FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type=kind)}
+        version = 1 if strategy == "fsdp1" else 2
+        plugin = FullyShardedDataParallelPlugin(fsdp_version=version, state_dict_type=kind)
+        return {"fsdp_plugin": plugin}
     from accel_backends import DeepSpeedPlugin
 
     stage = int(strategy[-1])

@@ -7,6 +7,8 @@ batches fall inside an accumulation cycle, every 4 at its end.
 
 - FSDP2 resumes exactly from sharded (DCP) and full checkpoints, mid-cycle ones included (the
   unreduced gradients FSDP2 holds are saved per rank).
+- FSDP1 resumes exactly from sharded checkpoints taken at the end of a cycle (inside one it
+  warns, as DeepSpeed does: its flat parameters keep the cycle's gradients).
 - DeepSpeed resumes exactly from engine checkpoints taken at the end of a cycle (ZeRO-2, ZeRO-3).
   Its engine can't save a cycle's gradients: a mid-cycle save warns that the resumed run goes on
   without them, and it does.
@@ -32,6 +34,7 @@ pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 CASES = [
     ("fsdp", 5, 8),
     ("fsdp-full", 5, 8),
+    ("fsdp1", 4, 7),
     ("deepspeed2", 4, 7),
     ("deepspeed3", 4, 7),
 ]

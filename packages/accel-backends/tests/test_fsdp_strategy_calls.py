@@ -1,6 +1,7 @@
-"""Accelerate's FSDP functions on FSDP2 models, on 2 real processes (gloo, CPU): the files and
-folders Accelerate 1.15 writes, round trips that continue training exactly, merge_fsdp_weights
-on what save_fsdp_model writes, fsdp2_prepare_model and loading full weights from rank 0."""
+"""Accelerate's FSDP functions on FSDP2 (and FSDP1) models, on 2 real processes (gloo, CPU): the
+files and folders Accelerate 1.15 writes, round trips that continue training exactly,
+merge_fsdp_weights on what save_fsdp_model writes, fsdp2_prepare_model and loading full weights
+from rank 0."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from safetensors.torch import load_file
 
 from accel_backends import (
     FullyShardedDataParallelPlugin,
-    StrategyNotBuiltError,
     load_fsdp_model,
     load_fsdp_optimizer,
     merge_fsdp_weights,
@@ -28,11 +28,11 @@ from accel_testing.processes import run_workers
 WORKERS = f"{Path(__file__).parent / 'fsdp_calls_workers.py'}"
 
 
-def _run(function: str, folder: Path) -> None:
+def _run(function: str, folder: Path, *args: str) -> None:
     run_workers(
         2,
         function=f"{WORKERS}::{function}",
-        args=[str(folder)],
+        args=[str(folder), *args],
         env={
             "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
@@ -45,8 +45,9 @@ def _files(folder: Path) -> list[str]:
     return sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
 
 
-def test_save_and_load_round_trips_continue_exactly_under_accelerates_names(tmp_path):
-    _run("round_trips", tmp_path)
+@pytest.mark.parametrize("fsdp_version", [2, 1])
+def test_save_and_load_round_trips_continue_exactly_under_accelerates_names(tmp_path, fsdp_version):
+    _run("round_trips", tmp_path, str(fsdp_version))
     # Accelerate 1.15's names (accelerate/utils/fsdp_utils.py: FSDP_MODEL_NAME, OPTIMIZER_NAME)
     shard = ["__0_0.distcp", "__1_0.distcp", ".metadata"]
     assert _files(tmp_path / "SHARDED_STATE_DICT_dcp_0") == sorted(
@@ -133,7 +134,7 @@ def test_a_full_state_dict_lacking_a_key_is_the_same_error_on_every_process(tmp_
         (load_fsdp_optimizer, (None, None, None, "out")),
     ],
 )
-def test_fsdp1_plugins_are_refused_naming_fsdp1(function, args):
-    plugin = FullyShardedDataParallelPlugin(fsdp_version=1)
-    with pytest.raises(StrategyNotBuiltError, match=r"with FSDP1 \(fsdp_version=1.*fsdp_version=2"):
+def test_local_state_dict_plugins_are_refused_before_anything_is_written(function, args):
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=1, state_dict_type="LOCAL_STATE_DICT")
+    with pytest.raises(ValueError, match=r"LOCAL_STATE_DICT is not supported"):
         function(plugin, *args)

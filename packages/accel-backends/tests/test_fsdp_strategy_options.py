@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from accel_backends import FSDPStrategy, FullyShardedDataParallelPlugin, StrategyNotBuiltError
+from accel_backends import FSDPStrategy, FullyShardedDataParallelPlugin
 from accel_core.strategies import create_strategy, register_strategy, resolve_strategy
 from accel_core.strategies.registry import _registered
 
@@ -43,11 +43,16 @@ def test_a_given_plugin_is_used_as_is():
         FSDPStrategy(plugin=object())  # type: ignore[arg-type]
 
 
-def test_fsdp_version_1_is_not_built_yet():
-    with pytest.raises(StrategyNotBuiltError, match="FSDP version 1 is not built yet"):
-        FSDPStrategy(plugin=FullyShardedDataParallelPlugin())  # Accelerate's default: 1
-    with pytest.raises(StrategyNotBuiltError, match="fsdp_version=2"):
-        FSDPStrategy(fsdp_version=1)
+def test_fsdp_version_1_is_taken_from_the_plugin_or_the_options():
+    assert FSDPStrategy(plugin=FullyShardedDataParallelPlugin()).fsdp1  # Accelerate's default: 1
+    assert FSDPStrategy(fsdp_version=1).fsdp1
+    assert not FSDPStrategy().fsdp1  # the strategy's own default is FSDP2
+
+
+def test_local_state_dicts_are_refused_naming_the_setting_to_use():
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=1, state_dict_type="LOCAL_STATE_DICT")
+    with pytest.raises(ValueError, match=r"LOCAL_STATE_DICT is not supported.*SHARDED_STATE_DICT"):
+        FSDPStrategy(plugin=plugin)
 
 
 def test_an_unknown_option_names_the_valid_ones():
@@ -66,8 +71,7 @@ def test_launch_keys_from_accel_strategy_config_are_read_by_the_plugin(monkeypat
 def test_the_launch_can_choose_version_1(monkeypatch):
     monkeypatch.setenv("ACCEL_STRATEGY", "fsdp")
     monkeypatch.setenv("ACCEL_STRATEGY_CONFIG", json.dumps({"fsdp_version": 1}))
-    with pytest.raises(StrategyNotBuiltError):
-        FSDPStrategy(fsdp_version=1)
+    assert FSDPStrategy(fsdp_version=1).plugin.fsdp_version == 1
 
 
 def test_the_resolver_picks_it_from_the_plugin_and_from_the_name(registered_fsdp):

@@ -2,9 +2,9 @@
 
 This release holds the configuration objects and helpers of Hugging Face Accelerate 1.15
 (``DeepSpeedPlugin``, ``FullyShardedDataParallelPlugin``, ``ParallelismConfig``, ``fsdp_utils``,
-``deepspeed`` utilities) and three strategies: ``fsdp`` (FSDP2, :class:`FSDPStrategy`),
-``deepspeed`` (:class:`DeepSpeedStrategy`) and ``xla`` (:class:`XLAStrategy`). What needs a
-feature not built yet (FSDP version 1, DeepSpeed offload and zero.Init) raises
+``deepspeed`` utilities) and three strategies: ``fsdp`` (FSDP2 and FSDP1,
+:class:`FSDPStrategy`), ``deepspeed`` (:class:`DeepSpeedStrategy`) and ``xla``
+(:class:`XLAStrategy`). What needs a feature not built yet (DeepSpeed's NVMe offload) raises
 ``StrategyNotBuiltError`` naming it.
 Megatron-LM and tensor, context and sequence parallelism are out of scope: their names port, using
 them raises ``OutOfScopeError``.

@@ -85,6 +85,11 @@ def innermost(module: torch.nn.Module) -> torch.nn.Module:
     return module
 
 
+#: The attribute FSDP1's ``FullyShardedDataParallel`` keeps the wrapped module under.
+FSDP1_WRAPPED = "_fsdp_wrapped_module"
+
+
 def canonical_name(name: str) -> str:
-    """``name`` (of a parameter or module) without the ``_checkpoint_wrapped_module`` parts."""
-    return ".".join(part for part in name.split(".") if part != WRAPPED)
+    """``name`` (of a parameter or module) without the ``_checkpoint_wrapped_module`` parts (and
+    FSDP1's ``_fsdp_wrapped_module``: checkpoints never show either)."""
+    return ".".join(part for part in name.split(".") if part not in (WRAPPED, FSDP1_WRAPPED))

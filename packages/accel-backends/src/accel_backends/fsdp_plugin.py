@@ -151,7 +151,8 @@ class FullyShardedDataParallelPlugin(FSDPPluginSettings):
             notes.add("FSDP2 ignored_modules needs torch >= 2.7.0; setting it to None.")
             self.ignored_modules = None
         if notes:
-            logger.warning("FSDP settings changed for FSDP2:\n%s", "\n".join(sorted(notes)))
+            version = self.fsdp_version
+            logger.warning("FSDP%s settings:\n%s", version, "\n".join(sorted(notes)))
 
     def _settle_sharding(self, settings: LaunchSettings, notes: set[str]) -> None:
         if self.sharding_strategy is not None:

@@ -1,4 +1,5 @@
-"""The ``fsdp`` strategy: FSDP2 (``torch.distributed.fsdp.fully_shard``), sharded for real.
+"""The ``fsdp`` strategy: FSDP2 (``torch.distributed.fsdp.fully_shard``) or FSDP1
+(``FullyShardedDataParallel``), sharded for real.
 
 Every process holds one shard of each parameter, gradient and optimizer state (a ``DTensor``
 over a one-dimensional mesh of every process); forward and backward all-gather the parameters of
@@ -13,7 +14,15 @@ Selected by ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_versio
 ``ACCEL_STRATEGY=fsdp`` (``accel launch``; ``ACCEL_STRATEGY_CONFIG`` holds the ``fsdp_config``
 keys), by ``Accelerator(strategy="fsdp")``, or by a ``ParallelismConfig`` with ``dp_shard_size >
 1`` when nothing else names a strategy. Without a plugin the strategy builds one and defaults to
-FSDP version 2 (Accelerate's plugin defaults to 1). FSDP version 1 is not built yet.
+FSDP version 2 (Accelerate's plugin defaults to 1).
+
+FSDP version 1 (``fsdp_version=1``) wraps the model in ``FullyShardedDataParallel`` with the
+plugin's sharding strategy, policy and options (:mod:`accel_backends.fsdp1_wrapping`); ``prepare``
+returns the wrapper, as Accelerate does, and ``unwrap_model`` the model inside. Its optimizer is
+re-pointed at the shards: at the parameters' views with ``use_orig_params`` (parameter groups
+kept), else at the flat parameters (one group, as in Accelerate). Clipping and ``no_sync`` go
+through the wrapper; a checkpoint inside an accumulation cycle warns that the cycle's gradients
+are not saved (as under DeepSpeed). Checkpoints are the same files as FSDP2's.
 
 ``prepare`` shards as :func:`accel_backends.fsdp_sharding.shard_model` says: activation
 checkpointing of the policy's layers (parameter names then show ``_checkpoint_wrapped_module``,
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import warnings
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -39,7 +49,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from accel_backends import fsdp_dcp
-from accel_backends.errors import StrategyNotBuiltError
 from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel_core.strategies import Strategy
 from accel_core.strategies.parameters import ParameterMap, prune
@@ -70,7 +79,8 @@ class FSDPStrategy(Strategy):
 
     Raises:
         TypeError: for an option that is neither.
-        StrategyNotBuiltError: for FSDP version 1.
+        ValueError: for a ``LOCAL_STATE_DICT`` plugin (Accelerate's per-rank files of FSDP1's
+            local shards); use ``SHARDED_STATE_DICT``, which also loads on any process count.
     """
 
     name = "fsdp"
@@ -99,12 +109,7 @@ class FSDPStrategy(Strategy):
                 "strategy 'fsdp' needs a FullyShardedDataParallelPlugin, got "
                 f"{type(plugin).__name__}"
             )
-        if plugin.fsdp_version != 2:
-            raise StrategyNotBuiltError(
-                f"FSDP version {plugin.fsdp_version} is not built yet in accel-backends; use "
-                "FSDP2: FullyShardedDataParallelPlugin(fsdp_version=2), or `fsdp_version: 2` in "
-                "the fsdp_config of the launch config file."
-            )
+        _refuse_local_state_dict(plugin)
         self.plugin: FullyShardedDataParallelPlugin = plugin
         self.device = torch.device("cpu")
         self.mesh: DeviceMesh | None = None
@@ -114,6 +119,10 @@ class FSDPStrategy(Strategy):
         )
         self._models: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._replaced: ParameterMap = {}
+        # FSDP1 model -> ids of the parameters it had before wrapping (its optimizer's, then)
+        self._originals: weakref.WeakKeyDictionary[torch.nn.Module, set[int]] = (
+            weakref.WeakKeyDictionary()
+        )
         self._created_group = False
 
     # -- environment ---------------------------------------------------------------------------
@@ -144,8 +153,17 @@ class FSDPStrategy(Strategy):
         self.distributed_type = DistributedType.FSDP
         meshes = fsdp_meshes(state.parallelism_config, self.device.type, state.num_processes)
         self.mesh = meshes.shard
+        if self.fsdp1:
+            from accel_backends.fsdp1_wrapping import fsdp1_mesh
+
+            self.mesh = fsdp1_mesh(self.plugin, meshes.shard, meshes.config, state.num_processes)
         if meshes.config is not None:
             state.device_mesh = meshes.config
+
+    @property
+    def fsdp1(self) -> bool:
+        """Whether the plugin asks for FSDP version 1 (``FullyShardedDataParallel``)."""
+        return self.plugin.fsdp_version == 1
 
     @property
     def root_device(self) -> torch.device:
@@ -174,7 +192,9 @@ class FSDPStrategy(Strategy):
         fsdp_sharding`); models without trainable parameters are left as they are."""
         from accel_backends.fsdp_sharding import match_renamed_parameters, shard_model
 
-        model = module.to(self.device) if device_placement else module
+        # a model on the meta device (process 0's weights come later) can't move: FSDP fills it
+        placed = device_placement and not _has_meta_tensors(module)
+        model = module.to(self.device) if placed else module
         if not any(p.requires_grad for p in model.parameters()):
             return model
         if self.mesh is None:
@@ -182,12 +202,33 @@ class FSDPStrategy(Strategy):
         inner = self.unwrap_model(model)
         before = list(inner.named_parameters())
         mixed = self.precision.mode != "no"
+        if self.fsdp1:
+            return self._wrap_fsdp1(inner, before, upcast_to_fp32=mixed)
         shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=mixed)
         # Activation checkpointing renames parameters (``_checkpoint_wrapped_module``), which the
         # default name matching of ``setup`` can't follow: match the plain names here.
         self._replaced.update(match_renamed_parameters(before, inner))
         self._models.add(model)
         return model
+
+    def _wrap_fsdp1(
+        self,
+        inner: torch.nn.Module,
+        before: list[tuple[str, torch.nn.Parameter]],
+        *,
+        upcast_to_fp32: bool,
+    ) -> torch.nn.Module:
+        from accel_backends.fsdp1_wrapping import wrap_model
+        from accel_backends.fsdp_sharding import match_renamed_parameters
+
+        assert self.mesh is not None
+        wrapped = wrap_model(
+            inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32
+        )
+        self._replaced.update(match_renamed_parameters(before, inner))
+        self._originals[wrapped] = {id(parameter) for _, parameter in before}
+        self._models.add(wrapped)
+        return wrapped
 
     def setup_optimizer(
         self,
@@ -196,8 +237,10 @@ class FSDPStrategy(Strategy):
         *,
         device_placement: bool,
     ) -> torch.optim.Optimizer:
-        """Re-point ``optimizer`` at the sharded parameters (the default) and remember which
-        model it steps."""
+        """Re-point ``optimizer`` at the sharded parameters (the default; FSDP1 without
+        ``use_orig_params``: at the flat parameters) and remember which model it steps."""
+        if self.fsdp1:
+            self._point_fsdp1_optimizer(optimizer)
         prune(self._replaced)
         prepared = super().setup_optimizer(
             optimizer, {**parameter_map, **self._replaced}, device_placement=device_placement
@@ -208,6 +251,18 @@ class FSDPStrategy(Strategy):
                 self._owners[optimizer] = model
                 break
         return prepared
+
+    def _point_fsdp1_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
+        from accel_backends.fsdp1_wrapping import point_at_flat_parameters
+
+        if self.plugin.use_orig_params:
+            return  # the parameters' views: the name matching of ``setup`` follows them
+        stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for model, originals in self._originals.items():
+            if stepped & originals:
+                flat = [p for p in model.parameters() if p.requires_grad]
+                point_at_flat_parameters(optimizer, flat)
+                return
 
     # -- the training step ---------------------------------------------------------------------
 
@@ -221,7 +276,12 @@ class FSDPStrategy(Strategy):
         parameters: Iterable[torch.nn.Parameter] | None = None,
     ) -> torch.Tensor:
         """Clip over every shard (torch's ``clip_grad_norm_`` reduces DTensor norms across the
-        mesh); returns the total norm before clipping as a plain tensor."""
+        mesh; FSDP1's wrapper reduces its shards' norms); returns the total norm before
+        clipping as a plain tensor."""
+        if self.fsdp1:
+            root = self._fsdp1_root_of(module, parameters)
+            if root is not None:
+                return root.clip_grad_norm_(max_norm, norm_type)
         norm = super().clip_gradients_norm(
             module, optimizer, max_norm, norm_type, parameters=parameters
         )
@@ -229,8 +289,19 @@ class FSDPStrategy(Strategy):
 
     def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """This process's unreduced gradients of the cycle so far (FSDP2 keeps them unsharded
-        while synchronisation is off; see :mod:`accel_backends.fsdp_accumulation`)."""
+        while synchronisation is off; see :mod:`accel_backends.fsdp_accumulation`). FSDP1
+        keeps them inside its flat parameters: nothing is saved, with a warning."""
         from accel_backends.fsdp_accumulation import accumulated_gradients
+
+        if self.fsdp1:
+            warnings.warn(
+                "save_state inside a gradient accumulation cycle under FSDP1: the gradients "
+                "accumulated so far stay inside its flat parameters and are not saved, so a run "
+                "resumed from this checkpoint continues without them. Save at the end of a "
+                "cycle to resume exactly, or use fsdp_version 2, which saves them.",
+                stacklevel=2,
+            )
+            return {}
 
         return accumulated_gradients(self.unwrap_model(model))
 
@@ -240,11 +311,19 @@ class FSDPStrategy(Strategy):
         """Put them back where the next synchronising backward adds to them."""
         from accel_backends.fsdp_accumulation import restore_accumulated_gradients
 
+        if self.fsdp1:
+            return  # nothing was saved (see accumulated_gradients)
         restore_accumulated_gradients(self.unwrap_model(model), gradients)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
         """Backward passes keep unsharded gradients locally instead of reduce-scattering them
-        (``set_requires_gradient_sync(False)``); the next synchronising backward reduces the sum."""
+        (``set_requires_gradient_sync(False)``; FSDP1: the wrapper's ``no_sync``); the next
+        synchronising backward reduces the sum."""
+        if self.fsdp1:
+            from accel_backends.fsdp1_wrapping import state_dict_root
+
+            root = state_dict_root(model)
+            return root.no_sync() if root is not None else contextlib.nullcontext()  # type: ignore[operator]
         return _gradient_sync_off(self.unwrap_model(model))
 
     def teardown(self) -> None:
@@ -259,7 +338,7 @@ class FSDPStrategy(Strategy):
         """The full state dict, gathered on every process (plain tensors)."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        return get_model_state_dict(self.unwrap_model(model), options=_options(full=True))
+        return get_model_state_dict(self._state_module(model), options=self._options(full=True))
 
     def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
         """Load a full state dict (the same on every process) into the sharded model;
@@ -267,8 +346,8 @@ class FSDPStrategy(Strategy):
         by their shards)."""
         from torch.distributed.checkpoint.state_dict import set_model_state_dict
 
-        inner = self.unwrap_model(model)
-        set_model_state_dict(inner, dict(state_dict), options=_options(full=True))
+        inner = self._state_module(model)
+        set_model_state_dict(inner, dict(state_dict), options=self._options(full=True))
 
     @property
     def _full_checkpoints(self) -> bool:
@@ -281,8 +360,8 @@ class FSDPStrategy(Strategy):
         (empty elsewhere) for ``FULL_STATE_DICT``."""
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-        options = _options(full=self._full_checkpoints, cpu_offload=self._full_checkpoints)
-        return [get_model_state_dict(self.unwrap_model(m), options=options) for m in models]
+        options = self._options(full=self._full_checkpoints, cpu_offload=self._full_checkpoints)
+        return [get_model_state_dict(self._state_module(m), options=options) for m in models]
 
     def checkpoint_optimizer_states(
         self, optimizers: list[torch.optim.Optimizer]
@@ -290,7 +369,7 @@ class FSDPStrategy(Strategy):
         """Each optimizer's state keyed by parameter name (DCP's form), sharded or full."""
         from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-        options = _options(full=self._full_checkpoints, cpu_offload=self._full_checkpoints)
+        options = self._options(full=self._full_checkpoints, cpu_offload=self._full_checkpoints)
         return [
             get_optimizer_state_dict(self._owner(o), _inner(o), options=options) for o in optimizers
         ]
@@ -337,15 +416,15 @@ class FSDPStrategy(Strategy):
             set_optimizer_state_dict,
         )
 
-        sharded = _options(full=False, strict=strict)
+        sharded = self._options(full=False, strict=strict)
         loaded = []
         for index, model in enumerate(models):
-            inner = self.unwrap_model(model)
+            inner = self._state_module(model)
             template = get_model_state_dict(inner, options=sharded)
             folder = fsdp_dcp.model_folder(index)
             loaded.append(fsdp_dcp.load_section(reader, folder, "model", template, strict=strict))
         for model, state in zip(models, loaded, strict=True):
-            set_model_state_dict(self.unwrap_model(model), state, options=sharded)
+            set_model_state_dict(self._state_module(model), state, options=sharded)
         for index, optimizer in enumerate(optimizers):
             owner, inner_optimizer = self._owner(optimizer), _inner(optimizer)
             template = get_optimizer_state_dict(owner, inner_optimizer, options=sharded)
@@ -368,13 +447,13 @@ class FSDPStrategy(Strategy):
 
         from accel_core.checkpointing import names
 
-        options = _options(full=True, strict=strict)
+        options = self._options(full=True, strict=strict)
         states = [reader.read_tensors(names.model_file(i)) for i in range(len(models))]
         optimizer_states = [
             reader.read_object(names.optimizer_file(i)) for i in range(len(optimizers))
         ]
         for model, state in zip(models, states, strict=True):
-            set_model_state_dict(self.unwrap_model(model), dict(state), options=options)
+            set_model_state_dict(self._state_module(model), dict(state), options=options)
         for optimizer, state in zip(optimizers, optimizer_states, strict=True):
             set_optimizer_state_dict(
                 self._owner(optimizer), _inner(optimizer), state, options=options
@@ -387,7 +466,42 @@ class FSDPStrategy(Strategy):
                 "strategy 'fsdp': this optimizer steps none of the prepared models; prepare the "
                 "model with (or before) its optimizer."
             )
-        return self.unwrap_model(owner)
+        return self._state_module(owner)
+
+    def _state_module(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The module torch's state-dict functions take: FSDP1's outermost wrapper, or the
+        model FSDP2 sharded in place."""
+        from accel_backends.fsdp1_wrapping import state_dict_root
+
+        root = state_dict_root(model) if self.fsdp1 else None
+        return root if root is not None else self.unwrap_model(model)
+
+    def _fsdp1_root_of(
+        self,
+        module: torch.nn.Module | None,
+        parameters: Iterable[torch.nn.Parameter] | None,
+    ) -> torch.nn.Module | None:
+        """The FSDP1 wrapper ``module`` is, or whose parameters ``parameters`` are."""
+        from accel_backends.fsdp1_wrapping import state_dict_root
+
+        if module is not None:
+            return state_dict_root(module)
+        if parameters is None:
+            return None
+        wanted = {id(p) for p in parameters}
+        for model in self._models:
+            if wanted and wanted <= {id(p) for p in model.parameters()}:
+                return state_dict_root(model)
+        return None
+
+    def _options(
+        self, *, full: bool, cpu_offload: bool = False, strict: bool = True
+    ) -> StateDictOptions:
+        """torch's state-dict options; FSDP1's full state dicts on a CPU run are gathered
+        without ``cpu_offload`` (torch's FSDP1 offload path fails on CPU tensors)."""
+        if self.fsdp1 and self.device.type == "cpu":
+            cpu_offload = False
+        return _options(full=full, cpu_offload=cpu_offload, strict=strict)
 
 
 def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlugin:
@@ -406,6 +520,21 @@ def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlu
     if "fsdp_version" not in fields and settings.get("fsdp_version") is None:
         fields["fsdp_version"] = 2  # the strategy's default: FSDP2 (the plugin's is 1)
     return FullyShardedDataParallelPlugin(**fields)
+
+
+def _has_meta_tensors(model: torch.nn.Module) -> bool:
+    return any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers())
+
+
+def _refuse_local_state_dict(plugin: FullyShardedDataParallelPlugin) -> None:
+    from torch.distributed.fsdp import StateDictType
+
+    if plugin.state_dict_type == StateDictType.LOCAL_STATE_DICT:
+        raise ValueError(
+            "strategy 'fsdp' writes SHARDED_STATE_DICT (each process's shards, loadable on any "
+            "number of processes) or FULL_STATE_DICT checkpoints; LOCAL_STATE_DICT is not "
+            "supported: set state_dict_type (fsdp_state_dict_type) to SHARDED_STATE_DICT."
+        )
 
 
 def _one_process_group(device: torch.device) -> None:

@@ -1,4 +1,4 @@
-"""Accelerate's FSDP functions (``accelerate.utils.fsdp_utils``) for FSDP2 models.
+"""Accelerate's FSDP functions (``accelerate.utils.fsdp_utils``) for FSDP2 and FSDP1 models.
 
 Same signatures, files and folders as Hugging Face Accelerate 1.15, so checkpoints move between
 the two; the work is the fsdp strategy's own (:mod:`accel_backends.fsdp_dcp`,
@@ -15,9 +15,9 @@ the two; the work is the fsdp strategy's own (:mod:`accel_backends.fsdp_dcp`,
   ``pytorch_model_fsdp_<i>_rank<r>.bin`` / ``optimizer_<i>_rank<r>.bin``: no communication, but
   only the same number of processes can load them.
 
-Every function is a collective: each process calls it. FSDP1 (``fsdp_version=1``,
-``FullyShardedDataParallel``) is not built in accel-backends: given an FSDP1 plugin they raise
-``StrategyNotBuiltError`` saying so.
+Every function is a collective: each process calls it. FSDP1 models (``fsdp_version=1``,
+``FullyShardedDataParallel``) write the same files; their full state dicts are read on every
+process rather than sent from process 0 (torch sends shards from process 0 only to FSDP2's).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def save_fsdp_model(
     adapter_only: bool = False,
     use_dcp: bool = True,
 ) -> None:
-    """Save the weights of the FSDP2 ``model`` into ``output_dir`` (see the module docstring).
+    """Save the weights of the FSDP ``model`` into ``output_dir`` (see the module docstring).
 
     ``adapter_only`` (a peft model) keeps the trainable adapter weights only (full state
     dicts).
@@ -66,7 +66,7 @@ def save_fsdp_model(
     full = _is_full(fsdp_plugin, "save_fsdp_model")
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    inner = accelerator.unwrap_model(model)
+    inner = _state_module(accelerator, model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     state = get_model_state_dict(inner, options=options)
     if full:
@@ -93,19 +93,19 @@ def load_fsdp_model(
     adapter_only: bool = False,
     use_dcp: bool = True,
 ) -> _IncompatibleKeys:
-    """Load weights saved by :func:`save_fsdp_model` into the FSDP2 ``model``; returns torch's
+    """Load weights saved by :func:`save_fsdp_model` into the FSDP ``model``; returns torch's
     missing and unexpected keys. ``input_dir`` may also be the ``pytorch_model_fsdp_<i>``
     folder itself. A sharded checkpoint may come from any number of processes."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     full = _is_full(fsdp_plugin, "load_fsdp_model")
     accelerator.wait_for_everyone()
-    inner = accelerator.unwrap_model(model)
+    inner = _state_module(accelerator, model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     folder = Path(input_dir)
     if full:
         state: dict[str, Any] = {}
-        if accelerator.process_index == 0:  # the others receive their shards from it
+        if accelerator.process_index == 0 or not options.broadcast_from_rank0:
             state = torch.load(folder / _file(MODEL_NAME, model_index), weights_only=True)
     elif use_dcp:
         source = _dcp_folder(folder, fsdp_dcp.model_folder(model_index))
@@ -129,15 +129,15 @@ def save_fsdp_optimizer(
     optimizer_index: int = 0,
     use_dcp: bool = True,
 ) -> None:
-    """Save the state of ``optimizer``, which steps the FSDP2 ``model``, into ``output_dir``,
+    """Save the state of ``optimizer``, which steps the FSDP ``model``, into ``output_dir``,
     keyed by parameter names (torch.distributed.checkpoint's form)."""
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     full = _is_full(fsdp_plugin, "save_fsdp_optimizer")
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    inner = accelerator.unwrap_model(model)
-    options = _options(accelerator, full=full)
+    inner = _state_module(accelerator, model)
+    options = _options(accelerator, full=full, model=inner)
     state = get_optimizer_state_dict(inner, _inner(optimizer), options=options)
     if full:
         if accelerator.process_index == 0:
@@ -165,7 +165,7 @@ def load_fsdp_optimizer(
     use_dcp: bool = True,
 ) -> None:
     """Load an optimizer state saved by :func:`save_fsdp_optimizer` into ``optimizer`` (which
-    steps the FSDP2 ``model``). ``input_dir`` may also be the ``optimizer_<i>`` folder itself;
+    steps the FSDP ``model``). ``input_dir`` may also be the ``optimizer_<i>`` folder itself;
     ``adapter_only`` is accepted for Accelerate's signature (the state holds what was saved)."""
     from torch.distributed.checkpoint.state_dict import (
         get_optimizer_state_dict,
@@ -174,12 +174,12 @@ def load_fsdp_optimizer(
 
     full = _is_full(fsdp_plugin, "load_fsdp_optimizer")
     accelerator.wait_for_everyone()
-    inner, torch_optimizer = accelerator.unwrap_model(model), _inner(optimizer)
-    options = _options(accelerator, full=full)
+    inner, torch_optimizer = _state_module(accelerator, model), _inner(optimizer)
+    options = _options(accelerator, full=full, model=inner)
     folder = Path(input_dir)
     if full:
         state: dict[str, Any] = {}
-        if accelerator.process_index == 0:  # the others receive their shards from it
+        if accelerator.process_index == 0 or not options.broadcast_from_rank0:
             state = torch.load(folder / _file(OPTIMIZER_NAME, optimizer_index), weights_only=True)
     elif use_dcp:
         source = _dcp_folder(folder, fsdp_dcp.optimizer_folder(optimizer_index))
@@ -231,17 +231,24 @@ def fsdp2_load_full_state_dict(
 
 
 def _is_full(plugin: FullyShardedDataParallelPlugin, what: str) -> bool:
-    """Whether ``plugin`` asks for full state dicts (else sharded: an FSDP2 plugin refuses
-    FSDP1's ``LOCAL_STATE_DICT``); FSDP1 plugins are refused."""
+    """Whether ``plugin`` asks for full state dicts (else sharded; FSDP1's
+    ``LOCAL_STATE_DICT`` is refused, as by the strategy)."""
     from torch.distributed.fsdp import StateDictType
 
-    if plugin.fsdp_version != 2:
-        raise StrategyNotBuiltError(
-            f"{what} with FSDP1 (fsdp_version={plugin.fsdp_version}, FullyShardedDataParallel) "
-            "is not built in accel-backends; use FSDP2: FullyShardedDataParallelPlugin("
-            "fsdp_version=2)."
+    if plugin.state_dict_type == StateDictType.LOCAL_STATE_DICT:
+        raise ValueError(
+            f"{what} writes SHARDED_STATE_DICT or FULL_STATE_DICT files; LOCAL_STATE_DICT is not "
+            "supported: set state_dict_type to SHARDED_STATE_DICT."
         )
     return plugin.state_dict_type == StateDictType.FULL_STATE_DICT
+
+
+def _state_module(accelerator: Accelerator, model: torch.nn.Module) -> torch.nn.Module:
+    """The module torch's state-dict functions take: FSDP1's wrapper, else the model inside."""
+    from accel_backends.fsdp1_wrapping import state_dict_root
+
+    root = state_dict_root(model)
+    return root if root is not None else accelerator.unwrap_model(model)
 
 
 def _plugin_of(accelerator: Accelerator, what: str) -> FullyShardedDataParallelPlugin:
@@ -270,7 +277,7 @@ def _options(
     sharded one would need peft's own adapter state dict: not built)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    several = full and accelerator.num_processes > 1
+    several = full and accelerator.num_processes > 1 and not _is_fsdp1(model)
     adapter = adapter_only and model is not None and _is_peft_model(model)
     if adapter and not full:
         raise StrategyNotBuiltError(
@@ -284,6 +291,12 @@ def _options(
         ignore_frozen_params=adapter,
         strict=not adapter,
     )
+
+
+def _is_fsdp1(model: torch.nn.Module | None) -> bool:
+    from torch.distributed.fsdp import FullyShardedDataParallel
+
+    return isinstance(model, FullyShardedDataParallel)
 
 
 def _is_peft_model(model: torch.nn.Module) -> bool:
