@@ -254,6 +254,7 @@ def bf16_mixed_precision() -> None:
     model = new_model().float()
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
     model, optimizer = accelerator.prepare(model, optimizer)
+    again = accelerator.prepare(model)  # prepared already: returned as it is, not wrapped twice
     losses = []
     for step in range(12):
         inputs, targets = batch(step, accelerator.process_index)
@@ -277,6 +278,7 @@ def bf16_mixed_precision() -> None:
             "flat_dtypes": sorted({str(d) for d in flat}),
             "output_dtype": str(output.dtype),
             "losses": losses,
+            "prepared_twice_is_the_same": again is model,
             "mid_cycle_warned": any(
                 "accumulation cycle under FSDP1" in str(w.message) for w in caught
             ),

@@ -132,3 +132,4 @@ def test_bf16_keeps_float32_master_weights_and_a_mid_cycle_save_warns(tmp_path):
     losses = results["losses"]
     assert losses[-1] < losses[0] / 4, losses
     assert results["mid_cycle_warned"] is True
+    assert results["prepared_twice_is_the_same"] is True

@@ -36,6 +36,16 @@ def test_merge_weights_of_a_two_process_sharded_checkpoint(tmp_path: Path):
     assert torch.equal(merged["layer.bias"], torch.full((4,), 0.5))
     assert merged["head.scale"].dtype == torch.float16
     assert torch.equal(merged["head.scale"], torch.arange(4, dtype=torch.float16))
+    # the same merge through Accelerate's functions (accelerate.commands.merge's names)
+    from accel_launch.commands.merge_cmd import merge_command, merge_command_parser
+
+    parser = merge_command_parser()
+    args = parser.parse_args([str(checkpoint), str(tmp_path / "bin"), "--unsafe_serialization"])
+    assert args.func is merge_command
+    merge_command(args)
+    again = torch.load(tmp_path / "bin" / "pytorch_model.bin", weights_only=True)
+    assert sorted(again) == sorted(merged)
+    assert all(torch.equal(again[k], merged[k]) for k in merged)
 
 
 def test_merge_weights_of_a_plain_folder_is_a_clear_error(tmp_path: Path):

@@ -189,9 +189,13 @@ class FSDPStrategy(Strategy):
 
     def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         """Move ``module`` to the device and shard it in place (see :mod:`accel_backends.
-        fsdp_sharding`); models without trainable parameters are left as they are."""
+        fsdp_sharding`); models without trainable parameters are left as they are, and so is
+        a model prepared already (sharded, or in FSDP1's wrapper), as in Accelerate."""
         from accel_backends.fsdp_sharding import match_renamed_parameters, shard_model
 
+        if self._is_set_up(module):
+            self._models.add(module)
+            return module
         # a model on the meta device (process 0's weights come later) can't move: FSDP fills it
         placed = device_placement and not _has_meta_tensors(module)
         model = module.to(self.device) if placed else module
@@ -210,6 +214,15 @@ class FSDPStrategy(Strategy):
         self._replaced.update(match_renamed_parameters(before, inner))
         self._models.add(model)
         return model
+
+    def _is_set_up(self, module: torch.nn.Module) -> bool:
+        from torch.distributed.fsdp import FSDPModule
+
+        from accel_backends.fsdp1_wrapping import state_dict_root
+
+        if self.fsdp1:
+            return state_dict_root(module) is not None
+        return isinstance(self.unwrap_model(module), FSDPModule)
 
     def _wrap_fsdp1(
         self,

@@ -5,16 +5,50 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+DESCRIPTION = (
+    "Read a torch.distributed.checkpoint folder (as FSDP's SHARDED_STATE_DICT writes it) in one "
+    "process and write OUTPUT_DIR/model.safetensors. Needs safetensors: pip install "
+    "'accel-launch[merge]'."
+)
+
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel merge-weights``."""
     parser = commands.add_parser(
         "merge-weights",
         help="Merge a sharded (FSDP) checkpoint into one safetensors file.",
-        description="Read a torch.distributed.checkpoint folder (as FSDP's SHARDED_STATE_DICT "
-        "writes it) in one process and write OUTPUT_DIR/model.safetensors. Needs safetensors: "
-        "pip install 'accel-launch[merge]'.",
+        description=DESCRIPTION,
     )
+    _add_arguments(parser)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``merge-weights`` parser (Accelerate's ``accelerate.commands.merge``): registered on
+    ``subparsers`` when given, else standalone; its ``func`` default is :func:`merge_command`."""
+    if subparsers is not None:
+        parser = add_parser(subparsers)
+    else:
+        parser = argparse.ArgumentParser(prog="accel merge-weights", description=DESCRIPTION)
+        _add_arguments(parser)
+    parser.set_defaults(func=merge_command)
+    return parser
+
+
+def merge_command(args: argparse.Namespace) -> None:
+    """Merge as the parsed ``args`` say (Accelerate's ``merge_command``; prints nothing)."""
+    from accel_launch.merge import merge_weights
+
+    merge_weights(
+        args.checkpoint_directory,
+        args.output_path,
+        safe_serialization=not args.unsafe_serialization,
+        remove_checkpoint_dir=args.remove_checkpoint_dir,
+    )
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "checkpoint_directory",
         metavar="CHECKPOINT_DIR",
@@ -35,8 +69,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="Delete CHECKPOINT_DIR after merging.",
     )
-    parser.set_defaults(run=run)
-    return parser
 
 
 def run(args: argparse.Namespace) -> int:
