@@ -1,7 +1,8 @@
-"""Training step time under DDP, FSDP2 and DeepSpeed ZeRO-2 / ZeRO-3 on 2 CPU processes (gloo):
-accel against the same engine driven by hand (raw: ``DistributedDataParallel``, ``fully_shard``,
-``deepspeed.initialize``) and against Hugging Face Accelerate (DDP with ``ACCELERATE_USE_CPU=1``).
-Target: within 1.03x of raw; Accelerate's column is reported where it can run.
+"""Training step time under DDP, FSDP2, FSDP1 and DeepSpeed ZeRO-2 / ZeRO-3 on 2 CPU processes
+(gloo): accel against the same engine driven by hand (raw: ``DistributedDataParallel``,
+``fully_shard``, ``FullyShardedDataParallel``, ``deepspeed.initialize``) and against Hugging Face
+Accelerate (DDP with ``ACCELERATE_USE_CPU=1``). Target: within 1.03x of raw; Accelerate's column
+is reported where it can run.
 
 The step (benchmarks/workloads/backend_step.py): zero_grad, forward, MSE loss, backward, AdamW
 step of a 2.1M-parameter residual MLP (4 feed-forward blocks of width 256 and a head), a batch of
@@ -24,12 +25,12 @@ including the control, are printed to stderr.
 
 What Accelerate 1.15 can run here:
 
-- FSDP2: n/a. ``AcceleratorState`` sets ``DistributedType.FSDP`` only for accelerator device types
-  (multi-GPU, NPU, XPU, HPU...), never for CPU processes. With ``ACCELERATE_USE_CPU=1`` the state
-  is ``MULTI_CPU``, the ``fsdp_plugin`` is dropped without a word and ``prepare`` wraps the model
-  in DDP; without it no backend is chosen on a machine without accelerators (``DistributedType.NO``,
-  ``num_processes=1``: each process trains its own unsharded copy). The workload refuses to time
-  either (the probe's message is printed to stderr).
+- FSDP2 and FSDP1: n/a. ``AcceleratorState`` sets ``DistributedType.FSDP`` only for accelerator
+  device types (multi-GPU, NPU, XPU, HPU...), never for CPU processes. With ``ACCELERATE_USE_CPU=1``
+  the state is ``MULTI_CPU``, the ``fsdp_plugin`` is dropped without a word and ``prepare`` wraps
+  the model in DDP; without it no backend is chosen on a machine without accelerators
+  (``DistributedType.NO``, ``num_processes=1``: each process trains its own unsharded copy). The
+  workload refuses to time either (the probe's message is printed to stderr).
 - DeepSpeed: runs, without ``ACCELERATE_USE_CPU`` (with it, the state is ``MULTI_CPU`` and the
   plugin is dropped for DDP, as for FSDP). DeepSpeed's ``init_distributed`` forms a gloo group of
   both processes and the engine shards over both, but Accelerate's own state keeps
@@ -47,12 +48,13 @@ import sys
 
 from harness import HERE, Context, Row, json_result
 
-TITLE = "Training step under DDP, FSDP2 and DeepSpeed ZeRO, 2 CPU processes, gloo (ms per step)"
+TITLE = "Training step under DDP, FSDP and DeepSpeed ZeRO, 2 CPU processes, gloo (ms per step)"
 WORKLOAD = str(HERE / "workloads" / "backend_step.py")
 ENV = {"DS_ACCELERATOR": "cpu"}
 BACKENDS = {
     "ddp": "DDP",
     "fsdp": "FSDP2 (fully_shard, 5 units)",
+    "fsdp1": "FSDP1 (FullyShardedDataParallel, 5 units)",
     "zero2": "DeepSpeed ZeRO-2",
     "zero3": "DeepSpeed ZeRO-3",
 }

@@ -1,7 +1,8 @@
 """Time one training step under FSDP2 or DeepSpeed ZeRO on 2 CPU processes (gloo).
 
 Run under torchrun with 2 processes: ``backend_step.py BACKEND IMPLS STEPS WARMUP``. BACKEND is
-``fsdp`` (FSDP2, ``fully_shard``), ``zero2`` or ``zero3`` (DeepSpeed ZeRO stage 2 or 3). IMPLS is
+``fsdp`` (FSDP2, ``fully_shard``), ``fsdp1`` (FSDP1, ``FullyShardedDataParallel``), ``zero2`` or
+``zero3`` (DeepSpeed ZeRO stage 2 or 3). IMPLS is
 a comma list of:
 
 - ``accel``: accel_core.Accelerator, with ``FullyShardedDataParallelPlugin(fsdp_version=2)``
@@ -145,12 +146,16 @@ def library_step(accelerator, model, optimizer) -> Step:
     return step
 
 
-def fsdp_plugin(plugin_class: type):
+def fsdp_plugin(plugin_class: type, version: int = 2):
+    if version == 1:  # FULL_SHARD, flat parameters (use_orig_params=False): Accelerate's defaults
+        sharding = {"sharding_strategy": "FULL_SHARD"}
+    else:
+        sharding = {"reshard_after_forward": True}
     return plugin_class(
-        fsdp_version=2,
+        fsdp_version=version,
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=["Block"],
-        reshard_after_forward=True,
+        **sharding,
     )
 
 
@@ -165,6 +170,8 @@ def make_library(library: str, backend: str) -> tuple[Step, str, dict | None]:
         accelerator = Accelerator()
     elif backend == "fsdp":
         accelerator = Accelerator(fsdp_plugin=fsdp_plugin(FullyShardedDataParallelPlugin))
+    elif backend == "fsdp1":
+        accelerator = Accelerator(fsdp_plugin=fsdp_plugin(FullyShardedDataParallelPlugin, 1))
     else:
         keep_deepspeed_on_gloo()
         plugin = DeepSpeedPlugin(hf_ds_config=ds_config(int(backend[-1])))
@@ -181,11 +188,13 @@ def make_library(library: str, backend: str) -> tuple[Step, str, dict | None]:
 
 def engine_processes(model: torch.nn.Module) -> int:
     """The processes the engine itself shards over (not what the library believes)."""
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
     from torch.nn.parallel import DistributedDataParallel
 
     if isinstance(model, FSDPModule):
         return next(model.parameters()).device_mesh.size()
+    if isinstance(model, FullyShardedDataParallel):
+        return dist.get_world_size(model.process_group)
     if isinstance(model, DistributedDataParallel):
         return dist.get_world_size(model.process_group)
     return int(getattr(model, "dp_world_size", 1))
@@ -210,27 +219,30 @@ def describe(model: torch.nn.Module, state: str = "") -> str:
 
 
 def fsdp_units(model: torch.nn.Module) -> int:
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
-    return sum(isinstance(module, FSDPModule) for module in model.modules())
+    units = (FSDPModule, FullyShardedDataParallel)
+    return sum(isinstance(module, units) for module in model.modules())
 
 
 def check(impl: str, backend: str, model: torch.nn.Module, built: str) -> None:
     """Refuse to time anything but the engine asked for, sharded over both processes (FSDP2: in
     the units raw shards, each block and the root)."""
-    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
 
     wanted, units = FSDPModule, f" in {DEPTH + 1} units"
-    if backend == "ddp":
+    if backend == "fsdp1":
+        wanted = FullyShardedDataParallel
+    elif backend == "ddp":
         from torch.nn.parallel import DistributedDataParallel
 
         wanted, units = DistributedDataParallel, ""
-    elif backend != "fsdp":
+    elif not backend.startswith("fsdp"):
         from deepspeed import DeepSpeedEngine
 
         wanted, units = DeepSpeedEngine, ""
     fair = isinstance(model, wanted) and dist.is_initialized() and engine_processes(model) == WORLD
-    if fair and backend == "fsdp":
+    if fair and backend.startswith("fsdp"):
         fair = fsdp_units(model) == DEPTH + 1
     if not fair:
         raise SystemExit(
@@ -281,6 +293,8 @@ def make_raw(backend: str) -> tuple[Step, str, dict | None]:
         built = describe(model)
         check("raw", backend, model, built)
         return step, built, None
+    if backend == "fsdp1":
+        return _raw_fsdp1(model)
     import deepspeed
 
     keep_deepspeed_on_gloo()
@@ -300,6 +314,39 @@ def make_raw(backend: str) -> tuple[Step, str, dict | None]:
     return ds_step, built, engine_config(engine)
 
 
+def _raw_fsdp1(model: torch.nn.Module) -> tuple[Step, str, dict | None]:
+    """``FullyShardedDataParallel`` by hand: each Block a unit (torch's transformer policy),
+    FULL_SHARD over a one-dimensional CPU mesh, AdamW on the flat parameters."""
+    import functools
+
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
+    from torch.distributed.fsdp.wrap import transformer_auto_wrap_policy
+
+    if not dist.is_initialized():
+        dist.init_process_group("gloo")
+    policy = functools.partial(transformer_auto_wrap_policy, transformer_layer_cls={Block})
+    wrapped = FullyShardedDataParallel(
+        model,
+        sharding_strategy=ShardingStrategy.FULL_SHARD,
+        auto_wrap_policy=policy,
+        device_id=torch.device("cpu"),
+        device_mesh=init_device_mesh("cpu", (dist.get_world_size(),)),
+    )
+    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=LR)
+
+    def step(batch):
+        optimizer.zero_grad()
+        loss = loss_of(wrapped, batch)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    built = describe(wrapped)
+    check("raw", "fsdp1", wrapped, built)
+    return step, built, None
+
+
 def slowest(seconds: float) -> float:
     value = torch.tensor([seconds], dtype=torch.float64)
     dist.all_reduce(value, op=dist.ReduceOp.MAX)
@@ -315,8 +362,8 @@ def mean_over_processes(value: float) -> float:
 def main() -> None:
     backend, impls = sys.argv[1], sys.argv[2].split(",")
     steps, warmup = int(sys.argv[3]), int(sys.argv[4])
-    if backend not in ("ddp", "fsdp", "zero2", "zero3"):
-        raise SystemExit(f"unknown backend {backend!r}; choose ddp, fsdp, zero2 or zero3")
+    if backend not in ("ddp", "fsdp", "fsdp1", "zero2", "zero3"):
+        raise SystemExit(f"unknown backend {backend!r}; choose ddp, fsdp, fsdp1, zero2 or zero3")
     torch.set_num_threads(1)
     runners: dict[str, Step] = {}
     built: dict[str, str] = {}
