@@ -1,14 +1,15 @@
 """What a strategy writes a checkpoint through, and reads it back from, on every process.
 
 A :class:`CheckpointWriter` points at the temporary folder of a checkpoint being written. Files
-written through it are recorded (size, checksum, rank) for the manifest; an engine that writes files
-itself (torch.distributed.checkpoint, DeepSpeed) writes under :meth:`CheckpointWriter.path` and
-calls :meth:`CheckpointWriter.record` for them. A :class:`CheckpointReader` reads a finished
-checkpoint, checking each file against the manifest before it is used.
+written through it are recorded (size, block checksums, rank) for the manifest; an engine that
+writes files itself (torch.distributed.checkpoint, DeepSpeed) writes under
+:meth:`CheckpointWriter.path` and calls :meth:`CheckpointWriter.record` for them. A
+:class:`CheckpointReader` reads a finished checkpoint, checking each file against the manifest
+before it is used.
 
-Checksums stay off the writing path where they can: a ``torch.save`` file's checksum is computed
-from the bytes as they are written; a file written by someone else (safetensors, an engine) is
-read back for its checksum on a helper thread while the next file is written;
+Checksums stay off the writing path where they can: a ``torch.save`` file's block checksums are
+computed from the bytes as they are written; a file written by someone else (safetensors, an
+engine) is read back for them on a helper thread while the next file is written;
 :meth:`CheckpointWriter.finish` waits for them.
 """
 
@@ -23,7 +24,12 @@ import torch
 
 from accel_core.checkpointing import safe_load
 from accel_core.checkpointing.errors import CheckpointError, failure_text
-from accel_core.checkpointing.manifest import FileRecord, Manifest, file_checksum, new_checksum
+from accel_core.checkpointing.manifest import (
+    BlockChecksums,
+    FileRecord,
+    Manifest,
+    file_block_checksums,
+)
 
 
 class CheckpointWriter:
@@ -52,7 +58,7 @@ class CheckpointWriter:
 
     def record(self, name: str) -> None:
         """Add a file written directly under :meth:`path` (or every file of a folder) to the
-        manifest. Its checksum is computed on a helper thread; :meth:`finish` waits for it."""
+        manifest. Its block checksums are computed on a helper thread; :meth:`finish` waits."""
         target = self.path(name)
         paths = sorted(p for p in target.rglob("*") if p.is_file()) if target.is_dir() else [target]
         for path in paths:
@@ -60,7 +66,8 @@ class CheckpointWriter:
 
     def _record_now(self, path: Path) -> None:
         relative = path.relative_to(self.root).as_posix()
-        self.records[relative] = FileRecord(path.stat().st_size, file_checksum(path), self.rank)
+        size = path.stat().st_size
+        self.records[relative] = FileRecord(size, file_block_checksums(path), self.rank)
 
     def write_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
         """Write a dict of tensors with safetensors (shared storages written once)."""
@@ -76,7 +83,8 @@ class CheckpointWriter:
         self.record(name)
 
     def write_object(self, name: str, obj: Any) -> None:
-        """Write ``obj`` with ``torch.save`` (its checksum computed from the bytes written)."""
+        """Write ``obj`` with ``torch.save`` (its block checksums computed from the bytes
+        written)."""
         path = self.path(name)
         try:
             with open(path, "wb") as handle:
@@ -84,7 +92,8 @@ class CheckpointWriter:
                 torch.save(obj, stream)
         except Exception as caught:
             raise CheckpointError(f"writing {path} failed: {failure_text(caught)}") from caught
-        self.records[name] = FileRecord(path.stat().st_size, stream.checksum.hexdigest(), self.rank)
+        size = path.stat().st_size
+        self.records[name] = FileRecord(size, stream.checksums.digests(), self.rank)
 
     def finish(self) -> dict[str, FileRecord]:
         """Wait for the checksums still being computed; the records of every file written.
@@ -112,15 +121,15 @@ class CheckpointWriter:
 
 
 class _ChecksummedFile:
-    """A binary file for ``torch.save`` that checksums the bytes written to it (XXH3 runs at
-    tens of GB/s: inline costs less than a handoff to another thread)."""
+    """A binary file for ``torch.save`` that computes the block checksums of the bytes written
+    to it (XXH3 runs at tens of GB/s: inline costs less than a handoff to another thread)."""
 
     def __init__(self, handle: Any) -> None:
         self._handle = handle
-        self.checksum = new_checksum()
+        self.checksums = BlockChecksums()
 
     def write(self, data: Any) -> int:
-        self.checksum.update(data)
+        self.checksums.update(data)
         return self._handle.write(data)
 
     def flush(self) -> None:

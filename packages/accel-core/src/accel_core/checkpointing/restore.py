@@ -134,16 +134,16 @@ def _verify_split(
 ) -> None:
     """Check every file of the checkpoint before anything is read into the model.
 
-    Each process checks every size, and the checksum of its share of the files (the processes of a
-    node share its disk, so they split its files between them); the results are exchanged, so a
-    damaged file is an error on every process.
+    Each process checks every size, and the checksums of its share of the blocks of all files
+    (the processes of a node share its disk, so they split the bytes evenly between them); the
+    results are exchanged, so a damaged file is an error on every process.
     """
     from accel_ops import gather_object
 
     local_world = min(world_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))
-    mine = checksum_share(manifest.files, local_rank, max(1, local_world))
+    mine = checksum_share(manifest, local_rank, max(1, local_world))
     try:
-        manifest.verify(reader.root, checksums=mine)
+        manifest.verify(reader.root, blocks=mine)
         error = None
     except CheckpointError as caught:
         error = str(caught)
