@@ -14,7 +14,11 @@ tests alone; the package sessions run them).
 
 from __future__ import annotations
 
+import functools
+import os
 import re
+import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import nox
@@ -28,6 +32,23 @@ ACCELERATE = "accelerate==1.15.0"
 
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = False
+
+#: Set (to 1) by .ci/run: each session's venv is deleted once the session passed, so a full run
+#: never holds all of them (about 25 GB together, the XLA one 7 GB) on a shared disk at once.
+DISCARD_VENVS = os.environ.get("ACCEL_NOX_DISCARD_VENVS") == "1"
+
+
+def _discarding(function: Callable[..., None]) -> Callable[..., None]:
+    """The session ``function``, followed by deleting its venv when :data:`DISCARD_VENVS`."""
+
+    @functools.wraps(function)
+    def run(session: nox.Session, *args: object, **kwargs: object) -> None:
+        function(session, *args, **kwargs)
+        location = getattr(session.virtualenv, "location", None)
+        if DISCARD_VENVS and location:
+            shutil.rmtree(location, ignore_errors=True)
+
+    return run
 
 
 def _read_pyproject(directory: Path) -> dict:
@@ -99,6 +120,7 @@ def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None
 for _dist in LOCAL:
 
     @nox.session(name=f"tests-{_dist}")
+    @_discarding
     def _package_tests(session: nox.Session, dist: str = _dist) -> None:
         """Install one package alone (with what it declares) and run its tests."""
         session.install(*TEST_TOOLS)
@@ -111,6 +133,7 @@ BACKEND_TESTS = LOCAL["accel-backends"] / "tests"
 
 
 @nox.session(name="backend-deepspeed")
+@_discarding
 def backend_deepspeed(session: nox.Session) -> None:
     """The DeepSpeed strategy with DeepSpeed 0.19 installed, on 2 CPU processes (gloo).
 
@@ -132,6 +155,7 @@ XLA_TORCH = ("torch==2.9.1", "torch_xla==2.9.0")
 
 
 @nox.session(name="backend-xla")
+@_discarding
 def backend_xla(session: nox.Session) -> None:
     """The XLA strategy on XLA's CPU device (``PJRT_DEVICE=CPU``), in a venv of its own with
     torch 2.9.1 and torch_xla 2.9.0; the tests set ``CPU_NUM_DEVICES`` where they need two
@@ -144,8 +168,10 @@ def backend_xla(session: nox.Session) -> None:
 
 
 @nox.session(name="backend-fsdp", default=False)
+@_discarding
 def backend_fsdp(session: nox.Session) -> None:
-    """The FSDP2 strategy's tests alone (torch's FSDP; ``tests-accel-backends`` runs them too)."""
+    """The FSDP strategy's tests alone, FSDP2 and FSDP1 (torch's own; ``tests-accel-backends`` runs
+    them too)."""
     session.install(*TEST_TOOLS)
     _install_local(session, ["accel-backends", "accel-testing"])
     tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_*fsdp*.py"))
@@ -153,6 +179,7 @@ def backend_fsdp(session: nox.Session) -> None:
 
 
 @nox.session(name="backend-ddp", default=False)
+@_discarding
 def backend_ddp(session: nox.Session) -> None:
     """The built-in single-device and DDP strategies against the strategy contract, and the
     distributed training tests (``tests-accel-core`` runs them too)."""
@@ -163,6 +190,7 @@ def backend_ddp(session: nox.Session) -> None:
 
 
 @nox.session
+@_discarding
 def integration(session: nox.Session) -> None:
     """Everything installed together; runs the tests that cross packages and processes.
 
@@ -178,6 +206,7 @@ def integration(session: nox.Session) -> None:
 
 
 @nox.session
+@_discarding
 def conformance(session: nox.Session) -> None:
     """Accelerate 1.15's own distributed check scripts (``accelerate/test_utils/scripts/``), copied
     out of its wheel at run time with imports rewritten to accel, on 2 and 3 CPU processes through
@@ -190,6 +219,7 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session
+@_discarding
 def stress(session: nox.Session) -> None:
     """Short jobs launched again and again: every exit code right, no SIGABRT, no orphan."""
     session.install(*TEST_TOOLS, "psutil")
@@ -199,6 +229,7 @@ def stress(session: nox.Session) -> None:
 
 @nox.session
 @nox.parametrize("profile", ["inference", "launcher", "full"])
+@_discarding
 def profiles(session: nox.Session, profile: str) -> None:
     """Install one profile in its own venv and check what is and is not importable."""
     wanted = {"inference": ["accel-bigmodel"], "launcher": ["accel-launch"], "full": ["accel-kit"]}
@@ -209,6 +240,7 @@ def profiles(session: nox.Session, profile: str) -> None:
 
 
 @nox.session
+@_discarding
 def lint(session: nox.Session) -> None:
     """ruff check and ruff format --check over the whole repository."""
     session.install("ruff==0.17.6")
@@ -217,6 +249,7 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
+@_discarding
 def docs(session: nox.Session) -> None:
     """Build the mkdocs site with --strict (warnings are errors).
 
@@ -265,6 +298,7 @@ def _accelerate_python(session: nox.Session, with_transformers: bool = True) -> 
 
 
 @nox.session(default=False)
+@_discarding
 def bench(session: nox.Session) -> None:
     """Benchmarks against Hugging Face Accelerate and raw PyTorch; writes benchmarks/RESULTS.md."""
     _install_local(session, list(LOCAL), extras="bench")
@@ -274,6 +308,7 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
+@_discarding
 def demo(session: nox.Session) -> None:
     """The main job: the examples that show accel end to end, on CPU."""
     _install_local(session, list(LOCAL), extras="examples")
