@@ -2,7 +2,7 @@
 resumes from its latest checkpoint. Run as a script by test_backend_kill_resume.py.
 
 The strategy comes from argv (``fsdp``, ``fsdp-full``, ``fsdp1``, ``deepspeed2``,
-``deepspeed3``). The model has dropout, the loader shuffles through the seedable sampler,
+``deepspeed3``, ``xla``). The model has dropout, the loader shuffles through the seedable sampler,
 gradients accumulate over 2 batches and a scheduler steps: everything a resumed run must restore
 exactly. ``--die-after K``
 kills every process right after batch K (counted over the whole run); ``--resume`` loads the
@@ -31,6 +31,10 @@ EVERY = int(os.environ.get("CHECKPOINT_EVERY", "5"))
 
 
 def _engine_options(strategy: str) -> dict:
+    if strategy == "xla":  # one process on XLA's CPU device (PJRT_DEVICE=CPU)
+        from accel_backends.xla_strategy import XLAStrategy
+
+        return {"strategy": XLAStrategy()}
     if strategy.startswith("fsdp"):
         from accel_backends import FullyShardedDataParallelPlugin
 
