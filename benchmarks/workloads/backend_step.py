@@ -251,6 +251,19 @@ def check(impl: str, backend: str, model: torch.nn.Module, built: str) -> None:
         )
 
 
+def plain_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> Step:
+    """The hand-written step: zero_grad, forward, ``loss.backward()``, ``optimizer.step()``."""
+
+    def step(batch):
+        optimizer.zero_grad()
+        loss = loss_of(model, batch)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    return step
+
+
 def make_raw(backend: str) -> tuple[Step, str, dict | None]:
     model = new_model()
     if backend == "ddp":
@@ -259,18 +272,9 @@ def make_raw(backend: str) -> tuple[Step, str, dict | None]:
         if not dist.is_initialized():
             dist.init_process_group("gloo")
         ddp = DistributedDataParallel(model)
-        optimizer = torch.optim.AdamW(ddp.parameters(), lr=LR)
-
-        def ddp_step(batch):
-            optimizer.zero_grad()
-            loss = loss_of(ddp, batch)
-            loss.backward()
-            optimizer.step()
-            return loss
-
         built = describe(ddp)
         check("raw", backend, ddp, built)
-        return ddp_step, built, None
+        return plain_step(ddp, torch.optim.AdamW(ddp.parameters(), lr=LR)), built, None
     if backend == "fsdp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
@@ -281,18 +285,9 @@ def make_raw(backend: str) -> tuple[Step, str, dict | None]:
         for block in model.blocks:
             fully_shard(block, mesh=mesh, reshard_after_forward=True)
         fully_shard(model, mesh=mesh, reshard_after_forward=True)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=LR)
-
-        def step(batch):
-            optimizer.zero_grad()
-            loss = loss_of(model, batch)
-            loss.backward()
-            optimizer.step()
-            return loss
-
         built = describe(model)
         check("raw", backend, model, built)
-        return step, built, None
+        return plain_step(model, torch.optim.AdamW(model.parameters(), lr=LR)), built, None
     if backend == "fsdp1":
         return _raw_fsdp1(model)
     import deepspeed
@@ -333,18 +328,9 @@ def _raw_fsdp1(model: torch.nn.Module) -> tuple[Step, str, dict | None]:
         device_id=torch.device("cpu"),
         device_mesh=init_device_mesh("cpu", (dist.get_world_size(),)),
     )
-    optimizer = torch.optim.AdamW(wrapped.parameters(), lr=LR)
-
-    def step(batch):
-        optimizer.zero_grad()
-        loss = loss_of(wrapped, batch)
-        loss.backward()
-        optimizer.step()
-        return loss
-
     built = describe(wrapped)
     check("raw", "fsdp1", wrapped, built)
-    return step, built, None
+    return plain_step(wrapped, torch.optim.AdamW(wrapped.parameters(), lr=LR)), built, None
 
 
 def slowest(seconds: float) -> float:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from worker_env import worker_env
 
 from accel_testing.processes import WorkerResult, run_workers
 
@@ -28,10 +27,7 @@ def run(
         processes,
         function=f"{workers}::{function}",
         args=[str(out), *args],
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        },
+        env=worker_env(),
         timeout=timeout,
     )
 

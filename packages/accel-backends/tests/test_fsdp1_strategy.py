@@ -6,13 +6,11 @@ process, and bf16 mixed precision keeps float32 master weights."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from worker_env import worker_env
 
 from accel_testing.processes import run_workers
 
@@ -37,10 +35,7 @@ def _run(function: str, args: list[str]) -> dict:
         2,
         function=f"{WORKERS}::{function}",
         args=args,
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        },
+        env=worker_env(),
         timeout=180,
     )
     return json.loads((folder / "results.json").read_text())

@@ -4,12 +4,10 @@ layers really recompute, training is bit-for-bit the same, and every state dict 
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import torch
+from worker_env import worker_env
 
 from accel_testing.processes import run_workers
 
@@ -27,10 +25,7 @@ def test_checkpointed_layers_recompute_and_train_exactly_like_plain_ones(tmp_pat
         2,
         function=f"{WORKERS}::checkpointing_versus_plain",
         args=[str(tmp_path), str(STEPS)],
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        },
+        env=worker_env(),
         timeout=180,
     )
     results = json.loads((tmp_path / "results.json").read_text())

@@ -4,12 +4,10 @@ same run as without it, since the parameters are in CPU memory already."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import torch
+from worker_env import worker_env
 
 from accel_testing.processes import run_workers
 
@@ -21,10 +19,7 @@ def test_cpu_offload_on_a_cpu_run_trains_exactly_as_without_it(tmp_path):
         2,
         function=f"{WORKERS}::offload_versus_plain",
         args=[str(tmp_path)],
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        },
+        env=worker_env(),
         timeout=180,
     )
     found = json.loads((tmp_path / "results.json").read_text())

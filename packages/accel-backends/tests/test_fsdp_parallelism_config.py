@@ -5,13 +5,11 @@ errors for sizes that don't fit, raised before anything is built."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+from worker_env import worker_env
 
 from accel_backends import FullyShardedDataParallelPlugin, ParallelismConfig
 from accel_backends.fsdp_mesh import fsdp_meshes
@@ -29,10 +27,7 @@ def _run(nprocs: int, function: str, args: list[str]) -> None:
         nprocs,
         function=f"{WORKERS}::{function}",
         args=args,
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        },
+        env=worker_env(),
         timeout=180,
     )
 

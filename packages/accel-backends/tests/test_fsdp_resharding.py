@@ -5,12 +5,10 @@ model.safetensors; training then continues exactly, and load_state says what it 
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+from worker_env import worker_env
 
 from accel_testing.processes import run_workers
 
@@ -22,10 +20,7 @@ def _run(processes: int, function: str, args: list[str]) -> None:
         processes,
         function=f"{WORKERS}::{function}",
         args=args,
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        },
+        env=worker_env(),
         timeout=180,
     )
 

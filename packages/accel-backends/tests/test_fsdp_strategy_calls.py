@@ -6,14 +6,12 @@ from rank 0."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from worker_env import worker_env
 
 from accel_backends import (
     FullyShardedDataParallelPlugin,
@@ -33,10 +31,7 @@ def _run(function: str, folder: Path, *args: str) -> None:
         2,
         function=f"{WORKERS}::{function}",
         args=[str(folder), *args],
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-        },
+        env=worker_env(),
         timeout=180,
     )
 

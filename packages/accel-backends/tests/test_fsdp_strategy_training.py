@@ -4,14 +4,12 @@ training like DDP, checkpoints that continue exactly, and merge_fsdp_weights on 
 from __future__ import annotations
 
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
+from worker_env import worker_env
 
 from accel_backends import merge_fsdp_weights
 from accel_testing.processes import run_workers
@@ -25,11 +23,7 @@ def _run(function: str, args: list[str], env: dict[str, str] | None = None) -> N
         2,
         function=f"{WORKERS}::{function}",
         args=args,
-        env={
-            "TMPDIR": os.environ.get("TMPDIR", tempfile.gettempdir()),
-            "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-            **(env or {}),
-        },
+        env=worker_env(**(env or {})),
         timeout=120,
     )
 
