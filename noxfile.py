@@ -33,9 +33,10 @@ ACCELERATE = "accelerate==1.15.0"
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = False
 
-#: Set (to 1) by .ci/run: each session's venv is deleted once the session passed, so a full run
-#: never holds all of them (about 25 GB together, the XLA one 7 GB) on a shared disk at once.
-DISCARD_VENVS = os.environ.get("ACCEL_NOX_DISCARD_VENVS") == "1"
+#: Each session's venv is deleted once the session passed, so a full run never holds all of them
+#: (about 25 GB together, the XLA one 7 GB) on a shared disk at once; sessions recreate their venv
+#: on every run anyway. ``ACCEL_NOX_KEEP_VENVS=1`` keeps them (to inspect one, or with ``-r``).
+DISCARD_VENVS = os.environ.get("ACCEL_NOX_KEEP_VENVS") != "1"
 
 
 def _discarding(function: Callable[..., None]) -> Callable[..., None]:
