@@ -23,6 +23,7 @@ process rather than sent from process 0 (torch sends shards from process 0 only 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,19 +70,7 @@ def save_fsdp_model(
     inner = _state_module(accelerator, model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     state = get_model_state_dict(inner, options=options)
-    if full:
-        if accelerator.process_index == 0:
-            target = folder / _file(MODEL_NAME, model_index)
-            torch.save(state, target)
-            logger.info("Model saved to %s", target)
-    elif use_dcp:
-        target = folder / fsdp_dcp.model_folder(model_index)
-        fsdp_dcp.save_folder(target, "model", state)
-        logger.info("Model saved to %s", target)
-    else:
-        target = folder / _rank_file(MODEL_NAME, model_index, accelerator.process_index)
-        torch.save(state, target)
-        logger.info("Model saved to %s", target)
+    _write(accelerator, state, folder, "model", model_index, full=full, use_dcp=use_dcp)
 
 
 def load_fsdp_model(
@@ -103,18 +92,15 @@ def load_fsdp_model(
     inner = _state_module(accelerator, model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     folder = Path(input_dir)
-    if full:
-        state: dict[str, Any] = {}
-        if accelerator.process_index == 0 or not options.broadcast_from_rank0:
-            state = torch.load(folder / _file(MODEL_NAME, model_index), weights_only=True)
-    elif use_dcp:
-        source = _dcp_folder(folder, fsdp_dcp.model_folder(model_index))
-        template = get_model_state_dict(inner, options=options)
-        state = fsdp_dcp.load_folder(source, "model", template, strict=options.strict)
-    else:
-        source = folder / _rank_file(MODEL_NAME, model_index, accelerator.process_index)
-        state = torch.load(source, weights_only=True)
-    logger.info("Model loaded from %s", folder)
+    state = _read(
+        accelerator,
+        folder,
+        "model",
+        model_index,
+        options,
+        lambda: get_model_state_dict(inner, options=options),
+        use_dcp=use_dcp,
+    )
     result = set_model_state_dict(inner, state, options=options)
     accelerator.wait_for_everyone()
     return result
@@ -139,19 +125,7 @@ def save_fsdp_optimizer(
     inner = _state_module(accelerator, model)
     options = _options(accelerator, full=full, model=inner)
     state = get_optimizer_state_dict(inner, _inner(optimizer), options=options)
-    if full:
-        if accelerator.process_index == 0:
-            target = folder / _file(OPTIMIZER_NAME, optimizer_index)
-            torch.save(state, target)
-            logger.info("Optimizer state saved in %s", target)
-    elif use_dcp:
-        target = folder / fsdp_dcp.optimizer_folder(optimizer_index)
-        fsdp_dcp.save_folder(target, "optimizer", state)
-        logger.info("Optimizer state saved in %s", target)
-    else:
-        target = folder / _rank_file(OPTIMIZER_NAME, optimizer_index, accelerator.process_index)
-        torch.save(state, target)
-        logger.info("Optimizer state saved in %s", target)
+    _write(accelerator, state, folder, "optimizer", optimizer_index, full=full, use_dcp=use_dcp)
 
 
 def load_fsdp_optimizer(
@@ -177,18 +151,15 @@ def load_fsdp_optimizer(
     inner, torch_optimizer = _state_module(accelerator, model), _inner(optimizer)
     options = _options(accelerator, full=full, model=inner)
     folder = Path(input_dir)
-    if full:
-        state: dict[str, Any] = {}
-        if accelerator.process_index == 0 or not options.broadcast_from_rank0:
-            state = torch.load(folder / _file(OPTIMIZER_NAME, optimizer_index), weights_only=True)
-    elif use_dcp:
-        source = _dcp_folder(folder, fsdp_dcp.optimizer_folder(optimizer_index))
-        template = get_optimizer_state_dict(inner, torch_optimizer, options=options)
-        state = fsdp_dcp.load_folder(source, "optimizer", template)
-    else:
-        source = folder / _rank_file(OPTIMIZER_NAME, optimizer_index, accelerator.process_index)
-        state = torch.load(source, weights_only=True)
-    logger.info("Optimizer loaded from %s", folder)
+    state = _read(
+        accelerator,
+        folder,
+        "optimizer",
+        optimizer_index,
+        options,
+        lambda: get_optimizer_state_dict(inner, torch_optimizer, options=options),
+        use_dcp=use_dcp,
+    )
     set_optimizer_state_dict(inner, torch_optimizer, state, options=options)
     accelerator.wait_for_everyone()
 
@@ -228,6 +199,64 @@ def fsdp2_load_full_state_dict(
     from accel_backends.fsdp_full_load import load_full_state_dict
 
     return load_full_state_dict(model, full_sd, device=accelerator.device, cpu_offload=cpu_offload)
+
+
+#: Each section's file stem (full and per-rank files) and DCP folder of index ``i``.
+_STEMS = {"model": MODEL_NAME, "optimizer": OPTIMIZER_NAME}
+_DCP_FOLDERS = {"model": fsdp_dcp.model_folder, "optimizer": fsdp_dcp.optimizer_folder}
+
+
+def _write(
+    accelerator: Accelerator,
+    state: dict[str, Any],
+    folder: Path,
+    section: str,
+    index: int,
+    *,
+    full: bool,
+    use_dcp: bool,
+) -> None:
+    """Write ``state`` (``section`` "model" or "optimizer", number ``index``) in the form the
+    module docstring gives: one full file from process 0, a DCP folder, or a file per rank."""
+    if full:
+        if accelerator.process_index != 0:
+            return
+        target = folder / _file(_STEMS[section], index)
+        torch.save(state, target)
+    elif use_dcp:
+        target = folder / _DCP_FOLDERS[section](index)
+        fsdp_dcp.save_folder(target, section, state)
+    else:
+        target = folder / _rank_file(_STEMS[section], index, accelerator.process_index)
+        torch.save(state, target)
+    logger.info("%s state saved to %s", section.capitalize(), target)
+
+
+def _read(
+    accelerator: Accelerator,
+    folder: Path,
+    section: str,
+    index: int,
+    options: StateDictOptions,
+    template: Callable[[], Any],
+    *,
+    use_dcp: bool,
+) -> Any:
+    """Read what :func:`_write` wrote. A full file is read where torch won't send it from process
+    0 (FSDP1, or one process); a DCP folder fills ``template()`` (the shards to load) and may
+    come from any number of processes; ``folder`` may be the DCP folder itself."""
+    if options.full_state_dict:
+        state: Any = {}
+        if accelerator.process_index == 0 or not options.broadcast_from_rank0:
+            state = torch.load(folder / _file(_STEMS[section], index), weights_only=True)
+    elif use_dcp:
+        source = _dcp_folder(folder, _DCP_FOLDERS[section](index))
+        state = fsdp_dcp.load_folder(source, section, template(), strict=options.strict)
+    else:
+        source = folder / _rank_file(_STEMS[section], index, accelerator.process_index)
+        state = torch.load(source, weights_only=True)
+    logger.info("%s loaded from %s", section.capitalize(), folder)
+    return state
 
 
 def _is_full(plugin: FullyShardedDataParallelPlugin, what: str) -> bool:
