@@ -177,3 +177,23 @@ def test_a_first_load_keeps_nothing_mapped_from_optimizer_bin(tmp_path):
         assert torch.equal(after[key], value), key
     fresh_model(torch.randn(5, 3)).square().mean().backward()
     fresh_optimizer.step()  # its state is its own memory: it trains on
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(5, 3)
+        self.head = torch.nn.Linear(3, 5, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_a_tied_weight_stored_once_is_accepted_and_a_really_missing_key_is_not():
+    from accel_core.checkpointing.model_states import check_model_state
+
+    model = _Tied()
+    # the tied Parameter is found by identity (any device), not only by its storage's address
+    once = {"embed.weight": torch.ones(5, 3)}
+    assert list(check_model_state("f", once, model, strict=True)) == ["embed.weight"]
+    # without either name, the weight is missing (named once: the second name is the tie)
+    with pytest.raises(CheckpointError, match=r"missing keys 'embed\.weight', unexpected keys"):
+        check_model_state("f", {}, model, strict=True)

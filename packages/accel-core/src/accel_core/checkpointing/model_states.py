@@ -86,7 +86,7 @@ def check_model_state(
 ) -> dict[str, Any]:
     """``state`` keyed like ``model``'s unwrapped state dict; raise on what doesn't fit."""
     state = strip_wrapper_prefixes(state)
-    expected = extract_model_from_parallel(model).state_dict()
+    expected = extract_model_from_parallel(model).state_dict(keep_vars=True)
     missing = [key for key in expected if key not in state]
     unexpected = [key for key in state if key not in expected]
     tied = _tied_names(expected)
@@ -112,17 +112,32 @@ def check_model_state(
 
 
 def _tied_names(state: dict[str, Any]) -> set[str]:
-    """Keys whose tensor shares its storage with an earlier key (saved once by safetensors)."""
-    seen: dict[tuple[int, int], str] = {}
+    """Keys whose tensor is an earlier key's: the same ``Parameter`` under two names (tied
+    weights, on any device), or a tensor sharing its storage (saved once by safetensors)."""
+    seen_tensors: set[int] = set()
+    seen_storages: set[tuple[int, int]] = set()
     tied = set()
     for key, value in state.items():
-        if isinstance(value, torch.Tensor) and value.device.type != "meta":
-            storage = (value.untyped_storage().data_ptr(), value.storage_offset())
-            if storage in seen:
-                tied.add(key)
-            else:
-                seen[storage] = key
+        if not isinstance(value, torch.Tensor):
+            continue
+        storage = _storage_of(value)
+        if id(value) in seen_tensors or (storage is not None and storage in seen_storages):
+            tied.add(key)
+        seen_tensors.add(id(value))
+        if storage is not None:
+            seen_storages.add(storage)
     return tied
+
+
+def _storage_of(tensor: torch.Tensor) -> tuple[int, int] | None:
+    """Where ``tensor``'s data starts, or ``None`` where the device has no addressable storage
+    (meta, XLA)."""
+    if tensor.device.type == "meta":
+        return None
+    try:
+        return (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+    except RuntimeError:
+        return None
 
 
 def check_optimizer_state(file: str, state: dict[str, Any], optimizer: Any) -> None:
