@@ -34,6 +34,11 @@ import torch
 
 from accel_backends.fsdp_activation_checkpointing import CONTAINERS
 from accel_backends.fsdp_helpers import fsdp2_prepare_auto_wrap_policy, get_parameters_from_modules
+from accel_backends.fsdp_sharding import (
+    has_meta_tensors,
+    tie_weights_again,
+    upcast_trainable_to_fp32,
+)
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -124,9 +129,7 @@ def wrap_model(
 
     checkpointed = _checkpointed_layers(model, plugin)
     if upcast_to_fp32:
-        for parameter in model.parameters():
-            if parameter.requires_grad and parameter.dtype != torch.float32:
-                parameter.data = parameter.data.to(torch.float32)
+        upcast_trainable_to_fp32(model)
     plugin.set_auto_wrap_policy(model)
     offload = plugin.cpu_offload if isinstance(plugin.cpu_offload, CPUOffload) else None
     if offload is not None and offload.offload_params and device.type == "cpu":
@@ -166,12 +169,9 @@ def broadcast_from_rank0(model: torch.nn.Module, device: torch.device) -> None:
 
     import torch.distributed as dist
 
-    tensors = itertools.chain(model.parameters(), model.buffers())
-    if any(tensor.is_meta for tensor in tensors):
+    if has_meta_tensors(model):
         model.to_empty(device=device)
-        tie = getattr(model, "tie_weights", None)
-        if callable(tie):
-            tie()
+        tie_weights_again(model)
     with torch.no_grad():
         for tensor in itertools.chain(model.parameters(), model.buffers()):
             dist.broadcast(tensor.data, src=0)
@@ -242,6 +242,15 @@ def point_at_flat_parameters(
 def _settings(defaults: dict[str, object]) -> str:
     shown = ("lr", "weight_decay")
     return ", ".join(f"{key}={defaults[key]}" for key in shown if key in defaults) or "none"
+
+
+def state_dict_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module torch's state-dict functions take: FSDP1's outermost wrapper, else the model
+    inside the prepared one (which FSDP2 sharded in place)."""
+    from accel_core.unwrap import extract_model_from_parallel
+
+    root = state_dict_root(model)
+    return root if root is not None else extract_model_from_parallel(model)
 
 
 def state_dict_root(model: torch.nn.Module) -> torch.nn.Module | None:

@@ -102,15 +102,13 @@ def shard_model(
     if plugin.activation_checkpointing:
         checkpoint_layers(model, plugin)
     if upcast_to_fp32:
-        for parameter in model.parameters():
-            if parameter.requires_grad and parameter.dtype != torch.float32:
-                parameter.data = parameter.data.to(torch.float32)
+        upcast_trainable_to_fp32(model)
     from_rank0 = bool(plugin.cpu_ram_efficient_loading)
     if from_rank0:
         full = model.state_dict() if dist.get_rank() == 0 else {}
         buffers = non_persistent_buffers(model)
         model.to(torch.device("meta"))
-        _tie_weights(model)
+        tie_weights_again(model)
     options = fully_shard_options(plugin, mesh)
     policy = fsdp2_prepare_auto_wrap_policy(plugin, model)
     units: list[str] = []
@@ -130,11 +128,24 @@ def shard_model(
         offloaded = isinstance(plugin.cpu_offload, CPUOffloadPolicy)
         load_full_state_dict(model, full, device=device, cpu_offload=offloaded)
         put_back_buffers(model, buffers, device)
-        _tie_weights(model)
+        tie_weights_again(model)
     return units
 
 
-def _tie_weights(model: torch.nn.Module) -> None:
+def upcast_trainable_to_fp32(model: torch.nn.Module) -> None:
+    """Make trainable parameters of other dtypes float32: the master weights that FSDP's
+    mixed-precision policies cast from (as Accelerate does)."""
+    for parameter in model.parameters():
+        if parameter.requires_grad and parameter.dtype != torch.float32:
+            parameter.data = parameter.data.to(torch.float32)
+
+
+def has_meta_tensors(model: torch.nn.Module) -> bool:
+    """Whether a parameter or buffer of ``model`` is on the meta device."""
+    return any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers())
+
+
+def tie_weights_again(model: torch.nn.Module) -> None:
     """Tie again what a transformers model ties (moving to meta and loading both untie)."""
     tie = getattr(model, "tie_weights", None)
     if callable(tie):

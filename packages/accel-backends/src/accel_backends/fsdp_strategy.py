@@ -191,13 +191,17 @@ class FSDPStrategy(Strategy):
         """Move ``module`` to the device and shard it in place (see :mod:`accel_backends.
         fsdp_sharding`); models without trainable parameters are left as they are, and so is
         a model prepared already (sharded, or in FSDP1's wrapper), as in Accelerate."""
-        from accel_backends.fsdp_sharding import match_renamed_parameters, shard_model
+        from accel_backends.fsdp_sharding import (
+            has_meta_tensors,
+            match_renamed_parameters,
+            shard_model,
+        )
 
         if self._is_set_up(module):
             self._models.add(module)
             return module
         # a model on the meta device (process 0's weights come later) can't move: FSDP fills it
-        placed = device_placement and not _has_meta_tensors(module)
+        placed = device_placement and not has_meta_tensors(module)
         model = module.to(self.device) if placed else module
         if not any(p.requires_grad for p in model.parameters()):
             return model
@@ -291,8 +295,10 @@ class FSDPStrategy(Strategy):
         """Clip over every shard (torch's ``clip_grad_norm_`` reduces DTensor norms across the
         mesh; FSDP1's wrapper reduces its shards' norms); returns the total norm before
         clipping as a plain tensor."""
-        if self.fsdp1:
-            root = self._fsdp1_root_of(module, parameters)
+        if self.fsdp1 and module is not None:
+            from accel_backends.fsdp1_wrapping import state_dict_root
+
+            root = state_dict_root(module)
             if root is not None:
                 return root.clip_grad_norm_(max_norm, norm_type)
         norm = super().clip_gradients_norm(
@@ -482,30 +488,9 @@ class FSDPStrategy(Strategy):
         return self._state_module(owner)
 
     def _state_module(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module torch's state-dict functions take: FSDP1's outermost wrapper, or the
-        model FSDP2 sharded in place."""
-        from accel_backends.fsdp1_wrapping import state_dict_root
+        from accel_backends.fsdp1_wrapping import state_dict_module
 
-        root = state_dict_root(model) if self.fsdp1 else None
-        return root if root is not None else self.unwrap_model(model)
-
-    def _fsdp1_root_of(
-        self,
-        module: torch.nn.Module | None,
-        parameters: Iterable[torch.nn.Parameter] | None,
-    ) -> torch.nn.Module | None:
-        """The FSDP1 wrapper ``module`` is, or whose parameters ``parameters`` are."""
-        from accel_backends.fsdp1_wrapping import state_dict_root
-
-        if module is not None:
-            return state_dict_root(module)
-        if parameters is None:
-            return None
-        wanted = {id(p) for p in parameters}
-        for model in self._models:
-            if wanted and wanted <= {id(p) for p in model.parameters()}:
-                return state_dict_root(model)
-        return None
+        return state_dict_module(model)
 
     def _options(
         self, *, full: bool, cpu_offload: bool = False, strict: bool = True
@@ -533,10 +518,6 @@ def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlu
     if "fsdp_version" not in fields and settings.get("fsdp_version") is None:
         fields["fsdp_version"] = 2  # the strategy's default: FSDP2 (the plugin's is 1)
     return FullyShardedDataParallelPlugin(**fields)
-
-
-def _has_meta_tensors(model: torch.nn.Module) -> bool:
-    return any(p.is_meta for p in model.parameters()) or any(b.is_meta for b in model.buffers())
 
 
 def _refuse_local_state_dict(plugin: FullyShardedDataParallelPlugin) -> None:

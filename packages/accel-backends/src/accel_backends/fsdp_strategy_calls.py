@@ -31,6 +31,7 @@ import torch
 
 from accel_backends import fsdp_dcp
 from accel_backends.errors import StrategyNotBuiltError
+from accel_backends.fsdp1_wrapping import state_dict_module
 from accel_backends.fsdp_strategy import FSDPStrategy, _inner
 
 if TYPE_CHECKING:
@@ -67,7 +68,7 @@ def save_fsdp_model(
     full = _is_full(fsdp_plugin, "save_fsdp_model")
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    inner = _state_module(accelerator, model)
+    inner = state_dict_module(model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     state = get_model_state_dict(inner, options=options)
     _write(accelerator, state, folder, "model", model_index, full=full, use_dcp=use_dcp)
@@ -89,7 +90,7 @@ def load_fsdp_model(
 
     full = _is_full(fsdp_plugin, "load_fsdp_model")
     accelerator.wait_for_everyone()
-    inner = _state_module(accelerator, model)
+    inner = state_dict_module(model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     folder = Path(input_dir)
     state = _read(
@@ -122,7 +123,7 @@ def save_fsdp_optimizer(
     full = _is_full(fsdp_plugin, "save_fsdp_optimizer")
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    inner = _state_module(accelerator, model)
+    inner = state_dict_module(model)
     options = _options(accelerator, full=full, model=inner)
     state = get_optimizer_state_dict(inner, _inner(optimizer), options=options)
     _write(accelerator, state, folder, "optimizer", optimizer_index, full=full, use_dcp=use_dcp)
@@ -148,7 +149,7 @@ def load_fsdp_optimizer(
 
     full = _is_full(fsdp_plugin, "load_fsdp_optimizer")
     accelerator.wait_for_everyone()
-    inner, torch_optimizer = _state_module(accelerator, model), _inner(optimizer)
+    inner, torch_optimizer = state_dict_module(model), _inner(optimizer)
     options = _options(accelerator, full=full, model=inner)
     folder = Path(input_dir)
     state = _read(
@@ -270,14 +271,6 @@ def _is_full(plugin: FullyShardedDataParallelPlugin, what: str) -> bool:
             "supported: set state_dict_type to SHARDED_STATE_DICT."
         )
     return plugin.state_dict_type == StateDictType.FULL_STATE_DICT
-
-
-def _state_module(accelerator: Accelerator, model: torch.nn.Module) -> torch.nn.Module:
-    """The module torch's state-dict functions take: FSDP1's wrapper, else the model inside."""
-    from accel_backends.fsdp1_wrapping import state_dict_root
-
-    root = state_dict_root(model)
-    return root if root is not None else accelerator.unwrap_model(model)
 
 
 def _plugin_of(accelerator: Accelerator, what: str) -> FullyShardedDataParallelPlugin:

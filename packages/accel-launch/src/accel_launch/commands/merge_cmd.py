@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 DESCRIPTION = (
@@ -36,11 +37,12 @@ def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     return parser
 
 
-def merge_command(args: argparse.Namespace) -> None:
-    """Merge as the parsed ``args`` say (Accelerate's ``merge_command``; prints nothing)."""
+def merge_command(args: argparse.Namespace) -> Path:
+    """Merge as the parsed ``args`` say (Accelerate's ``merge_command``; prints nothing);
+    returns the file written."""
     from accel_launch.merge import merge_weights
 
-    merge_weights(
+    return merge_weights(
         args.checkpoint_directory,
         args.output_path,
         safe_serialization=not args.unsafe_serialization,
@@ -73,13 +75,5 @@ def _add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Merge and say where the file went."""
-    from accel_launch.merge import merge_weights
-
-    target = merge_weights(
-        args.checkpoint_directory,
-        args.output_path,
-        safe_serialization=not args.unsafe_serialization,
-        remove_checkpoint_dir=args.remove_checkpoint_dir,
-    )
-    print(f"accel merge-weights: wrote {target}")
+    print(f"accel merge-weights: wrote {merge_command(args)}")
     return 0
