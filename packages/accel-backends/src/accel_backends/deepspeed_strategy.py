@@ -58,6 +58,7 @@ from accel_backends.deepspeed_precision import DeepSpeedPrecision, configured_mo
 from accel_backends.deepspeed_sources import DeepSpeedConfigConflict, Disagreement, Sourced
 from accel_backends.deepspeed_zero_init import zero3_init_enabled, zero_init_context
 from accel_backends.errors import require_engine
+from accel_backends.one_process_group import destroy_own_group, form_one_process_group
 from accel_core.strategies import SetupResult, Strategy
 from accel_ops import DistributedType
 
@@ -131,17 +132,13 @@ class DeepSpeedStrategy(Strategy):
         (the state shows it in ``deepspeed_plugins`` when the Accelerator was given none:
         ``plugin_slot``)."""
         require_engine("deepspeed", "the deepspeed strategy")
-        distributed = torch.distributed
-        if not distributed.is_initialized():
+        if not torch.distributed.is_initialized():
             if state.num_processes > 1:
                 raise RuntimeError(
                     "strategy 'deepspeed' found no process group for a job of "
                     f"{state.num_processes} processes; start it with `accel launch` or `torchrun`."
                 )
-            backend = "gloo" if state.device.type == "cpu" else None
-            distributed.init_process_group(
-                backend=backend, store=distributed.HashStore(), rank=0, world_size=1
-            )
+            form_one_process_group(state.device)
             self._own_group = True
         self.device = state.device
         self._num_processes = state.num_processes
@@ -449,9 +446,8 @@ class DeepSpeedStrategy(Strategy):
 
     def teardown(self) -> None:
         """Release the one-process group this strategy created (none otherwise)."""
-        if self._own_group and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-            self._own_group = False
+        destroy_own_group(self._own_group)
+        self._own_group = False
 
     def _engine_of(self, model: torch.nn.Module) -> Any:
         for engine in self._engines:

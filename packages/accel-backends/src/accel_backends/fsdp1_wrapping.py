@@ -231,7 +231,7 @@ def point_at_flat_parameters(
             "true) to keep them.",
             stacklevel=3,
         )
-    group = {key: value for key, value in optimizer.defaults.items()}
+    group = dict(optimizer.defaults)
     if "initial_lr" in groups[0]:  # set by a scheduler built before prepare
         group["initial_lr"] = groups[0]["initial_lr"]
     optimizer.state.clear()

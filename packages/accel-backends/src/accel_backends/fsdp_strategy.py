@@ -50,6 +50,7 @@ import torch
 
 from accel_backends import fsdp_dcp
 from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+from accel_backends.one_process_group import destroy_own_group, form_one_process_group
 from accel_core.strategies import Strategy
 from accel_core.strategies.parameters import ParameterMap, prune
 from accel_ops import DistributedType
@@ -147,7 +148,7 @@ class FSDPStrategy(Strategy):
                     "strategy 'fsdp' needs a process group, and none was initialised: start the "
                     "script with `accel launch` or `torchrun` (which set RANK and WORLD_SIZE)."
                 )
-            _one_process_group(state.device)
+            form_one_process_group(state.device)
             self._created_group = True
         self.device = state.device
         self.distributed_type = DistributedType.FSDP
@@ -347,8 +348,7 @@ class FSDPStrategy(Strategy):
 
     def teardown(self) -> None:
         """Destroy the one-process group ``setup_environment`` formed, if it formed one."""
-        if self._created_group and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
+        destroy_own_group(self._created_group)
         self._created_group = False
 
     # -- state dicts ---------------------------------------------------------------------------
@@ -529,13 +529,6 @@ def _refuse_local_state_dict(plugin: FullyShardedDataParallelPlugin) -> None:
             "number of processes) or FULL_STATE_DICT checkpoints; LOCAL_STATE_DICT is not "
             "supported: set state_dict_type (fsdp_state_dict_type) to SHARDED_STATE_DICT."
         )
-
-
-def _one_process_group(device: torch.device) -> None:
-    """Form a default process group of this process alone (in-memory store, no port)."""
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    store = torch.distributed.HashStore()
-    torch.distributed.init_process_group(backend, store=store, rank=0, world_size=1)
 
 
 def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> StateDictOptions:
