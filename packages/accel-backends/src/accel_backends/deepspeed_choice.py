@@ -42,17 +42,7 @@ def plugin_from_options(options: dict[str, Any]) -> DeepSpeedPlugin:
 
     Raises ``TypeError`` for an option that is neither.
     """
-    from accel_backends.launch_settings import LaunchSettings
+    from accel_backends.launch_settings import plugin_fields
 
-    settings = LaunchSettings("deepspeed")
-    # Options that are the launch's ACCEL_STRATEGY_CONFIG: the plugin reads (and labels) them.
-    given = {k: v for k, v in options.items() if settings.config.get(k) != v}
-    fields = {k: v for k, v in given.items() if k in _PLUGIN_FIELDS}
-    unread = sorted(k for k in given if k not in _PLUGIN_FIELDS)
-    if unread:
-        raise TypeError(
-            f"strategy 'deepspeed' got options {unread} that are neither DeepSpeedPlugin fields "
-            "nor the launch's ACCEL_STRATEGY_CONFIG; valid options: "
-            f"{', '.join(sorted(_PLUGIN_FIELDS))}."
-        )
-    return DeepSpeedPlugin(**fields)
+    fields = plugin_fields("deepspeed", "DeepSpeedPlugin", _PLUGIN_FIELDS, options)
+    return DeepSpeedPlugin(**fields)  # type: ignore[arg-type]

@@ -503,18 +503,10 @@ class FSDPStrategy(Strategy):
 
 
 def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlugin:
-    from accel_backends.launch_settings import LaunchSettings
+    from accel_backends.launch_settings import LaunchSettings, plugin_fields
 
     settings = LaunchSettings("fsdp")
-    fields = {k: v for k, v in options.items() if k in _PLUGIN_FIELDS}
-    launch_keys = {k: v for k, v in options.items() if k not in _PLUGIN_FIELDS}
-    unread = sorted(k for k, v in launch_keys.items() if settings.config.get(k) != v)
-    if unread:
-        raise TypeError(
-            f"strategy 'fsdp' got options {unread} that are neither FullyShardedDataParallelPlugin "
-            f"fields nor the launch's ACCEL_STRATEGY_CONFIG; valid options: "
-            f"{', '.join(sorted(_PLUGIN_FIELDS))}."
-        )
+    fields = plugin_fields("fsdp", "FullyShardedDataParallelPlugin", _PLUGIN_FIELDS, options)
     if "fsdp_version" not in fields and settings.get("fsdp_version") is None:
         fields["fsdp_version"] = 2  # the strategy's default: FSDP2 (the plugin's is 1)
     return FullyShardedDataParallelPlugin(**fields)

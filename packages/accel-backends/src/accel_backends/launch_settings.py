@@ -82,6 +82,26 @@ class LaunchSettings:
         return None
 
 
+def plugin_fields(
+    strategy: str, plugin: str, fields: frozenset[str], options: Mapping[str, object]
+) -> dict[str, object]:
+    """The plugin fields among a strategy's ``options``. Options that are the launch's
+    ``ACCEL_STRATEGY_CONFIG`` values are left out: the plugin reads them there itself, with
+    their source.
+
+    Raises ``TypeError`` for an option that is neither, naming the valid ones.
+    """
+    settings = LaunchSettings(strategy)
+    given = {k: v for k, v in options.items() if settings.config.get(k) != v}
+    unread = sorted(k for k in given if k not in fields)
+    if unread:
+        raise TypeError(
+            f"strategy {strategy!r} got options {unread} that are neither {plugin} fields nor "
+            f"the launch's ACCEL_STRATEGY_CONFIG; valid options: {', '.join(sorted(fields))}."
+        )
+    return {k: v for k, v in given.items() if k in fields}
+
+
 def _raw(value: object) -> Raw:
     if isinstance(value, (str, int, float, bool)):
         return value
