@@ -51,6 +51,7 @@ import torch
 from accel_backends import fsdp_dcp
 from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
 from accel_backends.one_process_group import destroy_own_group, form_one_process_group
+from accel_core.optimizer import unwrap_optimizer
 from accel_core.strategies import Strategy
 from accel_core.strategies.parameters import ParameterMap, prune
 from accel_ops import DistributedType
@@ -390,7 +391,8 @@ class FSDPStrategy(Strategy):
 
         options = self._options(full=self._full_checkpoints, cpu_offload=self._full_checkpoints)
         return [
-            get_optimizer_state_dict(self._owner(o), _inner(o), options=options) for o in optimizers
+            get_optimizer_state_dict(self._owner(o), unwrap_optimizer(o), options=options)
+            for o in optimizers
         ]
 
     def save_checkpoint(
@@ -445,7 +447,7 @@ class FSDPStrategy(Strategy):
         for model, state in zip(models, loaded, strict=True):
             set_model_state_dict(self._state_module(model), state, options=sharded)
         for index, optimizer in enumerate(optimizers):
-            owner, inner_optimizer = self._owner(optimizer), _inner(optimizer)
+            owner, inner_optimizer = self._owner(optimizer), unwrap_optimizer(optimizer)
             template = get_optimizer_state_dict(owner, inner_optimizer, options=sharded)
             folder = fsdp_dcp.optimizer_folder(index)
             state = fsdp_dcp.load_section(reader, folder, "optimizer", template, strict=strict)
@@ -475,11 +477,11 @@ class FSDPStrategy(Strategy):
             set_model_state_dict(self._state_module(model), dict(state), options=options)
         for optimizer, state in zip(optimizers, optimizer_states, strict=True):
             set_optimizer_state_dict(
-                self._owner(optimizer), _inner(optimizer), state, options=options
+                self._owner(optimizer), unwrap_optimizer(optimizer), state, options=options
             )
 
     def _owner(self, optimizer: torch.optim.Optimizer) -> torch.nn.Module:
-        owner = self._owners.get(_inner(optimizer))
+        owner = self._owners.get(unwrap_optimizer(optimizer))
         if owner is None:
             raise ValueError(
                 "strategy 'fsdp': this optimizer steps none of the prepared models; prepare the "
@@ -527,15 +529,6 @@ def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> S
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     return StateDictOptions(full_state_dict=full, cpu_offload=cpu_offload, strict=strict)
-
-
-def _inner(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """The torch optimizer inside ``AcceleratedOptimizer`` wrappers."""
-    from accel_core.optimizer import AcceleratedOptimizer
-
-    while isinstance(optimizer, AcceleratedOptimizer):
-        optimizer = optimizer.optimizer
-    return optimizer
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,8 @@ import torch
 from accel_backends import fsdp_dcp
 from accel_backends.errors import StrategyNotBuiltError
 from accel_backends.fsdp1_wrapping import state_dict_module
-from accel_backends.fsdp_strategy import FSDPStrategy, _inner
+from accel_backends.fsdp_strategy import FSDPStrategy
+from accel_core.optimizer import unwrap_optimizer
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
@@ -125,7 +126,7 @@ def save_fsdp_optimizer(
     folder.mkdir(parents=True, exist_ok=True)
     inner = state_dict_module(model)
     options = _options(accelerator, full=full, model=inner)
-    state = get_optimizer_state_dict(inner, _inner(optimizer), options=options)
+    state = get_optimizer_state_dict(inner, unwrap_optimizer(optimizer), options=options)
     _write(accelerator, state, folder, "optimizer", optimizer_index, full=full, use_dcp=use_dcp)
 
 
@@ -149,7 +150,7 @@ def load_fsdp_optimizer(
 
     full = _is_full(fsdp_plugin, "load_fsdp_optimizer")
     accelerator.wait_for_everyone()
-    inner, torch_optimizer = state_dict_module(model), _inner(optimizer)
+    inner, torch_optimizer = state_dict_module(model), unwrap_optimizer(optimizer)
     options = _options(accelerator, full=full, model=inner)
     folder = Path(input_dir)
     state = _read(

@@ -37,6 +37,7 @@ from torch.utils.data import DataLoader
 from accel_backends import xla_collectives
 from accel_backends.xla_runtime import ReplicaWorld, check_world, require_torch_xla
 from accel_backends.xla_tensors import move_keeping_ties, to_cpu
+from accel_core.optimizer import unwrap_optimizer
 from accel_core.strategies import Strategy
 from accel_core.strategies.abilities import CollectiveData
 from accel_ops import DistributedType
@@ -167,7 +168,7 @@ class XLAStrategy(Strategy):
             return
         import torch_xla.core.xla_model as xm
 
-        xm.reduce_gradients(_inner(optimizer))
+        xm.reduce_gradients(unwrap_optimizer(optimizer))
         gradient_state.is_xla_gradients_synced = True
 
     def clip_gradients_norm(
@@ -278,12 +279,3 @@ def _gradient_state() -> GradientState:
     from accel_core.gradient_state import GradientState
 
     return GradientState()
-
-
-def _inner(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """The torch optimizer inside ``AcceleratedOptimizer`` wrappers."""
-    from accel_core.optimizer import AcceleratedOptimizer
-
-    while isinstance(optimizer, AcceleratedOptimizer):
-        optimizer = optimizer.optimizer
-    return optimizer

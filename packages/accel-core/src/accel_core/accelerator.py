@@ -34,7 +34,7 @@ from accel_core.kwargs_handlers import (
     ProfileKwargs,
     collect_handlers,
 )
-from accel_core.optimizer import AcceleratedOptimizer, lomo_backward
+from accel_core.optimizer import lomo_backward, unwrap_optimizer
 from accel_core.parallelism import (
     ParallelismConfigLike,
     ParallelismMixin,
@@ -348,9 +348,7 @@ class Accelerator(
         if not isinstance(optimizers, (list, tuple)):
             optimizers = [optimizers]
         for opt in optimizers:
-            while isinstance(opt, AcceleratedOptimizer):
-                opt = opt.optimizer
-            self.precision.unscale_gradients(opt)
+            self.precision.unscale_gradients(unwrap_optimizer(opt))
 
     def clip_grad_norm_(
         self, parameters: Iterable[torch.nn.Parameter], max_norm: float, norm_type: float = 2

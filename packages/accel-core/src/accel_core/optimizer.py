@@ -183,6 +183,13 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return f"AcceleratedOptimizer({self.optimizer!r})"
 
 
+def unwrap_optimizer(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """The torch optimizer inside any ``AcceleratedOptimizer`` wrappers (``optimizer`` if none)."""
+    while isinstance(optimizer, AcceleratedOptimizer):
+        optimizer = optimizer.optimizer
+    return optimizer
+
+
 def lomo_backward(
     optimizers: Sequence[Any], loss: torch.Tensor, learning_rate: float | None
 ) -> None:
