@@ -47,3 +47,14 @@ def test_patch_optimizer_step_records_the_call_and_returns_the_result():
     assert not holder._accelerate_step_called
     assert patched(1, closure=None) == 5
     assert holder._accelerate_step_called and seen == [((1,), {"closure": None})]
+
+
+def test_unwrap_optimizer_returns_the_torch_optimizer_inside_the_wrappers():
+    import torch
+
+    from accel_core.optimizer import AcceleratedOptimizer, unwrap_optimizer
+
+    inner = torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1)
+    wrapped = AcceleratedOptimizer(AcceleratedOptimizer(inner, device_placement=False))
+    assert unwrap_optimizer(wrapped) is inner
+    assert unwrap_optimizer(inner) is inner
