@@ -111,7 +111,7 @@ class FSDPStrategy(Strategy):
                 "strategy 'fsdp' needs a FullyShardedDataParallelPlugin, got "
                 f"{type(plugin).__name__}"
             )
-        _refuse_local_state_dict(plugin)
+        refuse_local_state_dict(plugin, "strategy 'fsdp'")
         self.plugin: FullyShardedDataParallelPlugin = plugin
         self.device = torch.device("cpu")
         self.mesh: DeviceMesh | None = None
@@ -514,14 +514,15 @@ def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlu
     return FullyShardedDataParallelPlugin(**fields)
 
 
-def _refuse_local_state_dict(plugin: FullyShardedDataParallelPlugin) -> None:
+def refuse_local_state_dict(plugin: FullyShardedDataParallelPlugin, what: str) -> None:
+    """Raise ``ValueError`` for FSDP1's ``LOCAL_STATE_DICT``, which ``what`` can't write."""
     from torch.distributed.fsdp import StateDictType
 
     if plugin.state_dict_type == StateDictType.LOCAL_STATE_DICT:
         raise ValueError(
-            "strategy 'fsdp' writes SHARDED_STATE_DICT (each process's shards, loadable on any "
-            "number of processes) or FULL_STATE_DICT checkpoints; LOCAL_STATE_DICT is not "
-            "supported: set state_dict_type (fsdp_state_dict_type) to SHARDED_STATE_DICT."
+            f"{what} writes SHARDED_STATE_DICT (each process's shards, loadable on any number of "
+            "processes) or FULL_STATE_DICT checkpoints; LOCAL_STATE_DICT is not supported: set "
+            "state_dict_type (fsdp_state_dict_type) to SHARDED_STATE_DICT."
         )
 
 

@@ -32,7 +32,7 @@ import torch
 from accel_backends import fsdp_dcp
 from accel_backends.errors import StrategyNotBuiltError
 from accel_backends.fsdp1_wrapping import state_dict_module
-from accel_backends.fsdp_strategy import FSDPStrategy
+from accel_backends.fsdp_strategy import FSDPStrategy, refuse_local_state_dict
 from accel_core.optimizer import unwrap_optimizer
 
 if TYPE_CHECKING:
@@ -266,11 +266,7 @@ def _is_full(plugin: FullyShardedDataParallelPlugin, what: str) -> bool:
     ``LOCAL_STATE_DICT`` is refused, as by the strategy)."""
     from torch.distributed.fsdp import StateDictType
 
-    if plugin.state_dict_type == StateDictType.LOCAL_STATE_DICT:
-        raise ValueError(
-            f"{what} writes SHARDED_STATE_DICT or FULL_STATE_DICT files; LOCAL_STATE_DICT is not "
-            "supported: set state_dict_type to SHARDED_STATE_DICT."
-        )
+    refuse_local_state_dict(plugin, what)
     return plugin.state_dict_type == StateDictType.FULL_STATE_DICT
 
 

@@ -56,7 +56,7 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
             if snapshot.total_limit is not None and snapshot.checkpoints_dir is not None:
                 snapshot.removed = folders.prune(snapshot.checkpoints_dir, snapshot.total_limit)
         except OSError as caught:
-            errors.append(f"rank {snapshot.rank}: {type(caught).__name__}: {caught}")
+            errors.append(f"rank {snapshot.rank}: {failure_text(caught)}")
     # The writers' rename is the last step: the second exchange tells everyone how it went.
     errors += [e for e in _exchange(errors[0] if errors else None, snapshot.world_size, group) if e]
     if errors:
