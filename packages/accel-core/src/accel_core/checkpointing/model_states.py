@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from accel_core.checkpointing import names, weights_file
+from accel_core.checkpointing import host_copy, names, weights_file
 from accel_core.checkpointing.errors import CheckpointError
 from accel_core.checkpointing.folder_io import CheckpointReader
 from accel_core.unwrap import extract_model_from_parallel
@@ -233,9 +233,9 @@ def into_live_tensors(state: dict[str, Any], optimizer: Any) -> dict[str, Any]:
                     and target.shape == value.shape
                     and target.dtype == value.dtype
                 ):
-                    taken[index][key] = target.copy_(value)
+                    taken[index][key] = host_copy.copy_into(target, value)
                 else:
-                    taken[index][key] = value.clone()
+                    taken[index][key] = host_copy.copy_new(value)
     return {**state, "state": taken}
 
 
