@@ -23,7 +23,13 @@ load of a resumed run: the optimizer has none; building them is not timed). acce
 
 Rank 0 prints one JSON object: {impl: {"save": s, "load": s, "fresh_load": s[, "async_blocked": s,
 "async_total": s]}} with medians, plus "bytes": the size of accel's checkpoint folder and
-"runs": every timed value.
+"runs": every timed value. The last checkpoint of each implementation stays in FOLDER/IMPL/loaded
+(the caller deletes FOLDER).
+
+``checkpoint_state.py first IMPL CHECKPOINT`` is a resumed run's first load, in new processes:
+build the model and optimizer (no step yet), time one ``load_state`` of CHECKPOINT (raw: the two
+``torch.load`` + ``load_state_dict``), print {"first_load": s}. Nothing of this memory was used
+before in these processes, so every byte loaded lands in pages the kernel must first provide.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import shutil
 import statistics
 import sys
 import time
+import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -94,10 +101,7 @@ class Library(Impl):
 
     def fresh(self) -> Callable[[Path], None]:
         self.built = None
-        accelerator = type(self.accelerator)()
-        model, make_optimizer = build()
-        self.built = accelerator.prepare(model, make_optimizer(model))
-        return lambda folder: accelerator.load_state(str(folder))
+        return fresh_library_load(type(self.accelerator), self)
 
     def async_save(self, folder: Path) -> float:
         """Seconds until ``save_state(async_save=True)`` returned; then waits for the write."""
@@ -132,31 +136,65 @@ class Raw(Impl):
 
     def fresh(self) -> Callable[[Path], None]:
         self.built = None
-        model, make_optimizer = build()
-        model = torch.nn.parallel.DistributedDataParallel(model)
-        optimizer = make_optimizer(model)
-        self.built = (model, optimizer)
-
-        def load(folder: Path) -> None:
-            model.load_state_dict(torch.load(folder / "model.pt", map_location="cpu"))
-            optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu"))
-            dist.barrier()
-
-        return load
+        return fresh_raw_load(self)
 
 
-def make(impl: str) -> Impl:
+def fresh_library_load(accelerator_class: type, holder: object) -> Callable[[Path], None]:
+    """A newly built accelerator, model and optimizer (kept on ``holder.built``), and the
+    ``load_state`` call into them."""
+    accelerator = accelerator_class()
+    model, make_optimizer = build()
+    holder.built = accelerator.prepare(model, make_optimizer(model))
+    return lambda folder: accelerator.load_state(str(folder))
+
+
+def fresh_raw_load(holder: object) -> Callable[[Path], None]:
+    """A newly built DDP model and optimizer (kept on ``holder.built``), and the raw load into
+    them."""
+    model, make_optimizer = build()
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    optimizer = make_optimizer(model)
+    holder.built = (model, optimizer)
+
+    def load(folder: Path) -> None:
+        model.load_state_dict(torch.load(folder / "model.pt", map_location="cpu"))
+        optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu"))
+        dist.barrier()
+
+    return load
+
+
+def accelerator_class(impl: str) -> type:
     if impl == "accel":
         from accel_core import Accelerator
 
-        return Library(Accelerator)
+        return Accelerator
     if impl == "accelerate":
         from accelerate import Accelerator
 
-        return Library(Accelerator)
-    if impl == "raw":
-        return Raw()
+        return Accelerator
     raise SystemExit(f"unknown implementation {impl!r}; choose accel, raw or accelerate")
+
+
+def make(impl: str) -> Impl:
+    return Raw() if impl == "raw" else Library(accelerator_class(impl))
+
+
+def first_load(impl: str, checkpoint: Path) -> None:
+    """One load of ``checkpoint`` into newly built objects of new processes; rank 0 prints
+    {"first_load": s}."""
+    torch.set_num_threads(1)
+    holder = types.SimpleNamespace()
+    if impl == "raw":
+        dist.init_process_group("gloo")
+        load = fresh_raw_load(holder)
+    else:
+        load = fresh_library_load(accelerator_class(impl), holder)
+    seconds = timed(functools.partial(load, checkpoint))
+    if dist.get_rank() == 0:
+        print(json.dumps({"first_load": seconds}))
+    dist.barrier()
+    dist.destroy_process_group()
 
 
 def slowest(seconds: float) -> float:
@@ -186,6 +224,9 @@ def folder_bytes(folder: Path) -> int:
 
 
 def main() -> None:
+    if sys.argv[1] == "first":
+        first_load(sys.argv[2], Path(sys.argv[3]))
+        return
     impls, repeats, root = sys.argv[1].split(","), int(sys.argv[2]), Path(sys.argv[3])
     torch.set_num_threads(1)
     # The libraries form the process group themselves; build them first, raw reuses it.
@@ -233,7 +274,6 @@ def main() -> None:
     }
     if dist.get_rank() == 0:
         print(json.dumps(result))
-        shutil.rmtree(root, ignore_errors=True)
     dist.barrier()
     dist.destroy_process_group()
 
