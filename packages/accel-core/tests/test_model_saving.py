@@ -4,8 +4,10 @@ failed saves; 2 DDP processes; loading with safetensors, torch.load, accel-bigmo
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
+import mmap
 import os
 from pathlib import Path
 
@@ -303,6 +305,53 @@ def test_a_failed_save_leaves_the_previous_checkpoint_as_it_was(accelerator, tmp
     assert waits == [1]  # the other processes are released, not left waiting
     assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
     assert_same_tensors(read_safetensors_folder(tmp_path), linears(5).state_dict())
+
+
+def _resident_pages(path: Path) -> int:
+    """How many pages of the file ``path`` are in the page cache (mincore of a mapping of it;
+    neither reads the file)."""
+    size = path.stat().st_size
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    pages = (ctypes.c_ubyte * ((size + mmap.PAGESIZE - 1) // mmap.PAGESIZE))()
+    with open(path, "rb") as handle:
+        mapped = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_COPY)
+    start = ctypes.c_char.from_buffer(mapped)
+    try:
+        assert libc.mincore(ctypes.addressof(start), size, pages) == 0
+    finally:
+        del start
+        mapped.close()
+    return sum(page & 1 for page in pages)
+
+
+def test_saving_over_a_previous_save_first_releases_its_cached_pages(
+    accelerator, tmp_path, monkeypatch
+):
+    """The new file reuses the memory of the one it replaces: when it is written, the old file's
+    (clean) pages have left the page cache, and the old file is still whole until the rename."""
+    from accel_core import model_saving
+
+    model = torch.nn.Sequential(torch.nn.Linear(512, 512))  # 1 MB
+    save_model(accelerator, model, tmp_path)
+    old = tmp_path / "model.safetensors"
+    old_bytes = old.read_bytes()
+    os.sync()  # clean pages: the only ones the kernel drops
+    if _resident_pages(old) == 0:
+        pytest.skip(f"the filesystem of {tmp_path} keeps no page cache for the file")
+    seen = []
+    write_shard = model_saving._write_shard
+
+    def spy(shard, path, weights_format):
+        resident = _resident_pages(old)  # first: reading the file brings its pages back
+        seen.append((resident, old.read_bytes() == old_bytes))
+        write_shard(shard, path, weights_format)
+
+    monkeypatch.setattr(model_saving, "_write_shard", spy)
+    torch.nn.init.zeros_(model[0].weight)
+    save_model(accelerator, model, tmp_path)
+    assert seen == [(0, True)]
+    assert torch.equal(load_file(old)["0.weight"], torch.zeros(512, 512))
 
 
 @pytest.mark.parametrize("save_on_each_node", [False, True])
