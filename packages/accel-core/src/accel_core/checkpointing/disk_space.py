@@ -75,11 +75,9 @@ def check_free_space(snapshot: Snapshot) -> None:
 
 
 def free_bytes(folder: Path) -> int:
-    """Free bytes on the filesystem of ``folder`` (or of its nearest existing parent)."""
-    probe = folder
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    return shutil.disk_usage(probe).free
+    """Free bytes on the filesystem of the existing folder ``folder`` (the checkpoint's
+    temporary folder, created before the check)."""
+    return shutil.disk_usage(folder).free
 
 
 def _megabytes(count: int) -> str:
