@@ -22,11 +22,13 @@ from accel_core.checkpointing import host_copy
         pytest.param(lambda: torch.randn(5, 3).t(), id="transposed"),
         pytest.param(lambda: torch.randn(3, 5, dtype=torch.float64), id="other-dtype"),
         pytest.param(lambda: torch.empty(0, 5), id="empty"),
+        pytest.param(lambda: torch.randn(3, 5, dtype=torch.complex64).conj(), id="lazy-conjugate"),
     ],
 )
 def test_copy_into_gives_what_copy_gives(make_source) -> None:
     source = make_source()
-    target = torch.zeros(tuple(source.shape), dtype=torch.float32)
+    dtype = torch.complex64 if source.is_complex() else torch.float32
+    target = torch.zeros(tuple(source.shape), dtype=dtype)
     expected = target.clone().copy_(source)
     result = host_copy.copy_into(target, source)
     assert result is target

@@ -53,7 +53,15 @@ def _prefault(address: int, length: int) -> None:
 
 
 def _plain(tensor: torch.Tensor) -> bool:
-    return tensor.device.type == "cpu" and tensor.is_contiguous() and not tensor.is_conj()
+    """A dense CPU tensor whose bytes are its values, in order (no lazy conjugate or negation)."""
+    return (
+        tensor.device.type == "cpu"
+        and tensor.layout == torch.strided
+        and not tensor.is_quantized
+        and tensor.is_contiguous()
+        and not tensor.is_conj()
+        and not tensor.is_neg()
+    )
 
 
 def copy_into(target: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
