@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,13 +16,16 @@ import xxhash
 
 from accel_core import Accelerator
 from accel_core.checkpointing import CheckpointError, CheckpointWriter, FileRecord, Manifest
+from accel_core.checkpointing import manifest as manifest_module
 from accel_core.checkpointing.manifest import (
     BLOCK_SIZE,
     BlockChecksums,
+    _consecutive_runs,
     block_spans,
     checksum_share,
     file_block_checksums,
 )
+from accel_core.checkpointing.restore import hashing_threads
 from accel_testing import run_workers
 
 HERE = Path(__file__)
@@ -98,6 +102,74 @@ def test_the_benchmark_checkpoint_splits_evenly_between_two_processes():
     loads = [sum(b.size for b in checksum_share(manifest, i, 2)) for i in range(2)]
     assert abs(loads[0] - loads[1]) <= BLOCK_SIZE
     assert max(loads) < 0.51 * sum(sizes.values())
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 64])
+def test_runs_for_threads_are_consecutive_blocks_of_about_equal_bytes(count):
+    block_size = 1 << 20
+    sizes = {"a": 5 * block_size + 17, "b": 0, "c": 3 * block_size, "d": 1000}
+    blocks = sorted(_manifest(sizes, block_size).blocks(), key=lambda b: (b.name, b.start))
+    runs = _consecutive_runs(blocks, count)
+    assert [b for run in runs for b in run] == blocks  # each block once, in order
+    assert 1 <= len(runs) <= min(count, len(blocks)) and all(runs)
+    loads = [sum(b.size for b in run) for run in runs]
+    assert max(loads) - min(loads) <= 2 * block_size
+    assert _consecutive_runs([], count) == [[]]
+
+
+def _blocks_folder(tmp_path: Path, block_size: int) -> tuple[Manifest, Path]:
+    """Two files of random bytes and a manifest of their ``block_size`` blocks."""
+    chosen = random.Random(0)
+    files = {}
+    for name, size in {"a.bin": 10 * block_size + 5, "b.bin": 7 * block_size}.items():
+        data = chosen.randbytes(size)
+        (tmp_path / name).write_bytes(data)
+        checksums = BlockChecksums(block_size)
+        checksums.update(data)
+        files[name] = FileRecord(size, checksums.digests())
+    return Manifest(1, 0, 0, "ddp", files=files, block_size=block_size), tmp_path
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_verifying_on_threads_names_the_same_first_changed_block(tmp_path, threads):
+    block_size = 4096
+    manifest, folder = _blocks_folder(tmp_path, block_size)
+    hashed_on = []
+    check_run = manifest_module._check_run
+
+    def spy(folder, blocks):
+        hashed_on.append(threading.current_thread().name)
+        check_run(folder, blocks)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_module, "_check_run", spy)
+        manifest.verify(folder, threads=threads)  # intact: no error on any thread
+    # one run per thread, each on a helper thread (the pool may reuse a thread that finished)
+    assert len(hashed_on) == threads and all(n.startswith("accel-verify") for n in hashed_on)
+    # Two changed blocks, in different runs: the first in block order is the one named.
+    _flip(folder / "b.bin", 5 * block_size + 1)
+    _flip(folder / "a.bin", 2 * block_size + 3)
+    with pytest.raises(CheckpointError) as one_thread:
+        manifest.verify(folder)
+    with pytest.raises(CheckpointError) as several:
+        manifest.verify(folder, threads=threads)
+    assert str(several.value) == str(one_thread.value)
+    assert "a.bin is corrupt: its checksum is" in str(several.value)
+    assert f"for bytes {2 * block_size}-{3 * block_size - 1} (block 2)" in str(several.value)
+
+
+@pytest.mark.parametrize(
+    ("cores", "processes", "threads"), [(2, 1, 2), (2, 2, 1), (2, 3, 1), (96, 8, 8), (64, 1, 8)]
+)
+def test_each_process_hashes_on_its_share_of_the_cores(monkeypatch, cores, processes, threads):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+    assert hashing_threads(processes) == threads
 
 
 def _saved(tmp_path: Path) -> tuple[Accelerator, torch.nn.Module, Path]:
