@@ -163,7 +163,11 @@ the memory of a large server delivers."""
 
 def hashing_threads(local_world: int) -> int:
     """Threads each of a node's ``local_world`` processes hashes with: its share of the cores
-    this process may run on (at least 1, at most :data:`MAX_HASHING_THREADS`)."""
+    this process may run on (at least 1, at most :data:`MAX_HASHING_THREADS`).
+
+    The share errs low where a launcher pinned each process to cores of its own (they are
+    divided again): too few threads cost time, too many would compete with the other processes.
+    """
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
