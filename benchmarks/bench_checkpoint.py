@@ -30,6 +30,7 @@ from __future__ import annotations
 import shutil
 import statistics
 import sys
+from pathlib import Path
 
 from harness import HERE, Context, Row, json_result
 
@@ -39,19 +40,27 @@ HF_ENV = {"ACCELERATE_USE_CPU": "1"}  # else Accelerate runs CPU processes witho
 MB = 1e6
 
 
+def _torchrun(python: str) -> list[str]:
+    return [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+
+
+def _folder(ctx: Context, impls: str) -> Path:
+    """The scratch folder of the launch measuring ``impls`` (``"accel,raw"``)."""
+    return ctx.scratch / impls.replace(",", "-")
+
+
 def _measure(ctx: Context, python: str, impls: str, repeats: int, env: dict | None = None) -> dict:
-    torchrun = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    folder = ctx.scratch / impls.replace(",", "-")
+    folder = _folder(ctx, impls)
     shutil.rmtree(folder, ignore_errors=True)  # each launch starts from an empty folder
-    command = [*torchrun, WORKLOAD, impls, str(repeats), str(folder)]
+    command = [*_torchrun(python), WORKLOAD, impls, str(repeats), str(folder)]
     return json_result(command, env=env, timeout=600)
 
 
-def _first_load(ctx: Context, python: str, impl: str, env: dict | None = None) -> float:
-    """A resumed run's first load: new processes load the checkpoint ``impl`` left behind."""
-    torchrun = [python, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
-    folder = ctx.scratch / ("accelerate-raw" if impl == "accelerate" else "accel-raw")
-    command = [*torchrun, WORKLOAD, "first", impl, str(folder / impl / "loaded")]
+def _first_load(ctx: Context, python: str, impls: str, impl: str, env: dict | None = None) -> float:
+    """A resumed run's first load: new processes load the checkpoint ``impl`` left behind in
+    the launch that measured ``impls``."""
+    checkpoint = _folder(ctx, impls) / impl / "loaded"
+    command = [*_torchrun(python), WORKLOAD, "first", impl, str(checkpoint)]
     return json_result(command, env=env, timeout=600)["first_load"]
 
 
@@ -69,10 +78,12 @@ def run(ctx: Context) -> list[Row]:
         if ctx.hf_python:
             theirs.append(_measure(ctx, ctx.hf_python, "accelerate,raw", repeats, HF_ENV))
         for _ in range(first_loads):
-            first["accel"].append(_first_load(ctx, ctx.python, "accel"))
-            first["raw"].append(_first_load(ctx, ctx.python, "raw"))
+            first["accel"].append(_first_load(ctx, ctx.python, "accel,raw", "accel"))
+            first["raw"].append(_first_load(ctx, ctx.python, "accel,raw", "raw"))
             if ctx.hf_python:
-                first["accelerate"].append(_first_load(ctx, ctx.hf_python, "accelerate", HF_ENV))
+                first["accelerate"].append(
+                    _first_load(ctx, ctx.hf_python, "accelerate,raw", "accelerate", HF_ENV)
+                )
     print(
         f"checkpoint: ours {ours}\ncheckpoint: Accelerate's launches {theirs}\n"
         f"checkpoint: first loads {first}",

@@ -40,7 +40,6 @@ import shutil
 import statistics
 import sys
 import time
-import types
 from collections.abc import Callable
 from pathlib import Path
 
@@ -101,7 +100,8 @@ class Library(Impl):
 
     def fresh(self) -> Callable[[Path], None]:
         self.built = None
-        return fresh_library_load(type(self.accelerator), self)
+        load, self.built = fresh_library_load(type(self.accelerator))
+        return load
 
     def async_save(self, folder: Path) -> float:
         """Seconds until ``save_state(async_save=True)`` returned; then waits for the write."""
@@ -136,32 +136,32 @@ class Raw(Impl):
 
     def fresh(self) -> Callable[[Path], None]:
         self.built = None
-        return fresh_raw_load(self)
+        load, self.built = fresh_raw_load()
+        return load
 
 
-def fresh_library_load(accelerator_class: type, holder: object) -> Callable[[Path], None]:
-    """A newly built accelerator, model and optimizer (kept on ``holder.built``), and the
-    ``load_state`` call into them."""
+def fresh_library_load(accelerator_class: type) -> tuple[Callable[[Path], None], object]:
+    """The ``load_state`` call into a newly built accelerator, model and optimizer, and those
+    objects (the caller keeps them alive)."""
     accelerator = accelerator_class()
     model, make_optimizer = build()
-    holder.built = accelerator.prepare(model, make_optimizer(model))
-    return lambda folder: accelerator.load_state(str(folder))
+    built = accelerator.prepare(model, make_optimizer(model))
+    return (lambda folder: accelerator.load_state(str(folder))), (accelerator, built)
 
 
-def fresh_raw_load(holder: object) -> Callable[[Path], None]:
-    """A newly built DDP model and optimizer (kept on ``holder.built``), and the raw load into
-    them."""
+def fresh_raw_load() -> tuple[Callable[[Path], None], object]:
+    """The raw load into a newly built DDP model and optimizer, and those objects (the caller
+    keeps them alive)."""
     model, make_optimizer = build()
     model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = make_optimizer(model)
-    holder.built = (model, optimizer)
 
     def load(folder: Path) -> None:
         model.load_state_dict(torch.load(folder / "model.pt", map_location="cpu"))
         optimizer.load_state_dict(torch.load(folder / "optimizer.pt", map_location="cpu"))
         dist.barrier()
 
-    return load
+    return load, (model, optimizer)
 
 
 def accelerator_class(impl: str) -> type:
@@ -184,12 +184,11 @@ def first_load(impl: str, checkpoint: Path) -> None:
     """One load of ``checkpoint`` into newly built objects of new processes; rank 0 prints
     {"first_load": s}."""
     torch.set_num_threads(1)
-    holder = types.SimpleNamespace()
     if impl == "raw":
         dist.init_process_group("gloo")
-        load = fresh_raw_load(holder)
+        load, _built = fresh_raw_load()
     else:
-        load = fresh_library_load(accelerator_class(impl), holder)
+        load, _built = fresh_library_load(accelerator_class(impl))
     seconds = timed(functools.partial(load, checkpoint))
     if dist.get_rank() == 0:
         print(json.dumps({"first_load": seconds}))
