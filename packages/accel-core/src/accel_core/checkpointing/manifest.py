@@ -15,6 +15,7 @@ import json
 import mmap
 import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from itertools import groupby
@@ -207,8 +208,6 @@ class Manifest:
         if len(runs) == 1:
             _check_run(folder, runs[0])
             return
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(len(runs), thread_name_prefix="accel-verify") as pool:
             futures = [pool.submit(_check_run, folder, run) for run in runs]
         # The runs are in block order and each stops at its first changed block: the first run
