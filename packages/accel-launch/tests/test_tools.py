@@ -48,6 +48,24 @@ def test_merge_weights_of_a_two_process_sharded_checkpoint(tmp_path: Path):
     assert all(torch.equal(again[k], merged[k]) for k in merged)
 
 
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_merge_command_on_every_rank_writes_once_and_everyone_waits(tmp_path: Path):
+    # Accelerate's merge_command merges on the main process and every process waits; writing the
+    # same file from every rank let one rank read it half-written (a hang in its FSDP script).
+    pytest.importorskip("safetensors")
+    from accel_testing import run_workers
+
+    script = SCRIPTS / "dcp_merge_on_every_rank.py"
+    results = run_workers(3, script=script, env={"OUT": str(tmp_path)}, timeout=120)
+    lines = [result.stdout.strip().splitlines()[-1] for result in results]
+    writes = [int(line.split()[0].removeprefix("writes=")) for line in lines]
+    assert writes == [1, 0, 0], lines
+    assert len({line.split()[1] for line in lines}) == 1, lines  # one file, the same inode
+    assert all(line.endswith("weight_ok=True") for line in lines), lines
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary
+
+
 def test_merge_weights_of_a_plain_folder_is_a_clear_error(tmp_path: Path):
     done = run_accel("merge-weights", str(tmp_path), str(tmp_path / "out"))
     assert done.returncode == 2

@@ -1,13 +1,19 @@
 """Merge a sharded torch.distributed.checkpoint folder (as FSDP writes) into one state dict file.
 
 Reading needs no process group: every shard is read in this one process. Writing safetensors needs
-the ``safetensors`` package (``pip install accel-launch[merge]``).
+the ``safetensors`` package (``pip install accel-launch[merge]``). The file appears whole or not at
+all (a temporary file in the same folder is renamed over it). Called inside a process group of
+several processes (Accelerate's ``merge_command`` in a training script), only rank 0 merges and
+every process waits for it, as Accelerate's does: no process sees the file half-written.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +41,7 @@ def load_sharded(checkpoint_dir: str | Path) -> dict[str, Any]:
     unwrapped; nested dicts are flattened with dots.
     """
     folder = Path(checkpoint_dir)
-    if not (folder / ".metadata").is_file():
-        raise AccelLaunchError(
-            f"{str(folder)!r} is not a torch.distributed.checkpoint folder (no .metadata file); "
-            "pass the folder the sharded checkpoint was saved to"
-        )
+    _check_checkpoint_folder(folder)
     # The same private pieces torch's own format_utils.dcp_to_torch_save uses: the public
     # dcp.load copies the dict it is given, so an empty dict cannot be filled through it.
     from torch.distributed.checkpoint import FileSystemReader
@@ -58,6 +60,14 @@ def load_sharded(checkpoint_dir: str | Path) -> dict[str, Any]:
     return _flatten(state)
 
 
+def _check_checkpoint_folder(folder: Path) -> None:
+    if not (folder / ".metadata").is_file():
+        raise AccelLaunchError(
+            f"{str(folder)!r} is not a torch.distributed.checkpoint folder (no .metadata file); "
+            "pass the folder the sharded checkpoint was saved to"
+        )
+
+
 def merge_weights(
     checkpoint_dir: str | Path,
     output_dir: str | Path,
@@ -67,29 +77,66 @@ def merge_weights(
     """Merge ``checkpoint_dir`` into ``output_dir/model.safetensors`` (or ``pytorch_model.bin``).
 
     Non-tensor entries (step counters...) are left out of a safetensors file. Returns the file
-    written. ``remove_checkpoint_dir`` deletes the sharded folder afterwards.
+    written. ``remove_checkpoint_dir`` deletes the sharded folder afterwards. In a process group
+    of several processes every process calls it; rank 0 merges and the others wait at a barrier.
     """
     if safe_serialization and importlib.util.find_spec("safetensors") is None:
         raise AccelLaunchError(
             "writing safetensors needs the safetensors package: pip install 'accel-launch[merge]' "
             "(or pass --unsafe_serialization to write pytorch_model.bin with torch.save)"
         )
+    _check_checkpoint_folder(Path(checkpoint_dir))
+    out = Path(output_dir)
+    target = out / (SAFE_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME)
+    group = _process_group_rank()
+    if group in (None, 0):
+        _merge_into(target, checkpoint_dir, safe_serialization, remove_checkpoint_dir)
+    if group is not None:
+        import torch.distributed as dist
+
+        dist.barrier()
+    return target
+
+
+def _process_group_rank() -> int | None:
+    """This process's rank in torch's default process group of two or more, else None."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        return dist.get_rank()
+    return None
+
+
+def _merge_into(
+    target: Path, checkpoint_dir: str | Path, safe_serialization: bool, remove_checkpoint_dir: bool
+) -> None:
     state = load_sharded(checkpoint_dir)
     import torch
 
-    out = Path(output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    target.parent.mkdir(parents=True, exist_ok=True)
     if safe_serialization:
         from safetensors.torch import save_file
 
         tensors = {
             k: v.contiguous().clone() for k, v in state.items() if isinstance(v, torch.Tensor)
         }
-        target = out / SAFE_WEIGHTS_NAME
-        save_file(tensors, str(target), metadata={"format": "pt"})
+        _write_atomically(target, lambda path: save_file(tensors, path, metadata={"format": "pt"}))
     else:
-        target = out / WEIGHTS_NAME
-        torch.save(state, target)
+        _write_atomically(target, lambda path: torch.save(state, path))
     if remove_checkpoint_dir:
         shutil.rmtree(checkpoint_dir)
-    return target
+
+
+def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
+    """``write(path)`` into a temporary file beside ``target``, then rename it over ``target``."""
+    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    os.close(descriptor)
+    try:
+        write(temporary)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; match a plain open()
+        os.replace(temporary, target)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
