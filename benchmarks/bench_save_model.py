@@ -8,8 +8,9 @@ rounds. "fresh" saves into a new folder; "overwrite" saves again into the folder
 accel writes temporary files, renames them over the old ones and removes stale files (so the old
 save stays whole until the new one is), while Accelerate and raw truncate the old files and write
 over them. Dirty pages are flushed before every timed save, and a save of the same size is deleted
-just before the fresh one (see the workload: in this VM, page cache grown into memory not used
-recently costs 10x what it costs in memory just freed, which measured the VM, not the library).
+after that flush, just before the fresh one (see the workload: in this VM, page cache grown into
+memory not used recently costs 10x what it costs in memory just freed, which measured the VM, not
+the library).
 Wall time includes waiting for the disk when the kernel throttles writers (on a shared disk the
 same write took 0.2 to 3.3 s); the CPU time of the process (user + system) is the work the save
 itself did.
