@@ -1,7 +1,8 @@
-"""Worker for the checkpoint fault tests: a save that only some ranks call, and a process killed
-with SIGKILL in the middle of writing a checkpoint.
+"""Worker for the checkpoint fault tests: a save or load that only some ranks call, a process
+killed with SIGKILL in the middle of writing a checkpoint, damaged files.
 
-Usage: checkpoint_faults_job.py PROJECT {main-only|kill-mid-save|round-trip|corrupt}
+Usage: checkpoint_faults_job.py PROJECT
+    {main-only|load-main-only|kill-mid-save|round-trip|corrupt|manifest-on-rank-1}
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def main() -> None:
         if accelerator.is_main_process:
             accelerator.save_state()
         accelerator.wait_for_everyone()
+    elif mode == "load-main-only":
+        accelerator.save_state()
+        if accelerator.is_main_process:
+            accelerator.load_state()
+        accelerator.wait_for_everyone()
     elif mode == "kill-mid-save":
         bomb = KillWhenPickled(armed=False)
         accelerator.register_for_checkpointing(bomb)
@@ -77,6 +83,22 @@ def main() -> None:
 
         try:
             accelerator.load_state()
+        except CheckpointError as error:
+            print(f"LOADERR rank={accelerator.process_index} {error}")
+    elif mode == "manifest-on-rank-1":
+        # Each rank loads a copy of its own; rank 1's manifest is not JSON. Only rank 1 can see
+        # it, and every rank must refuse, in rank 1's words, instead of waiting for rank 1.
+        import shutil
+
+        from accel_core.checkpointing import CheckpointError
+
+        folder = Path(accelerator.save_state())
+        copy = project / f"copy_{accelerator.process_index}"
+        shutil.copytree(folder, copy)
+        if accelerator.process_index == 1:
+            (copy / "accel_checkpoint.json").write_text("{not json")
+        try:
+            accelerator.load_state(str(copy))
         except CheckpointError as error:
             print(f"LOADERR rank={accelerator.process_index} {error}")
     accelerator.end_training()

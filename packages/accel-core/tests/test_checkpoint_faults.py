@@ -1,5 +1,6 @@
-"""Checkpoints under faults, on real processes: a save called by some ranks only, a process
-killed with SIGKILL mid-save, and the per-rank files of a save on 2 and 3 processes."""
+"""Checkpoints under faults, on real processes: a save or load called by some ranks only, a
+process killed with SIGKILL mid-save, damaged files and manifests, and the per-rank files of a
+save on 2 and 3 processes."""
 
 from __future__ import annotations
 
@@ -69,6 +70,31 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path, nprocs)
             accelerator.load_state()  # the 2-process checkpoint, on one process
     torch.manual_seed(0)
     assert torch.equal(model.weight, torch.nn.Linear(4, 3).weight)
+
+
+def test_load_state_on_the_main_process_only_is_an_error_not_a_hang(tmp_path):
+    started = time.monotonic()
+    results = run_workers(
+        2,
+        script=JOB,
+        args=[str(tmp_path), "load-main-only"],
+        env={"ACCEL_PROCESS_GROUP_TIMEOUT": "6"},
+        check=False,
+        timeout=90,
+    )
+    assert time.monotonic() - started < 60
+    assert results[0].returncode == 1, results[0].stderr[-1500:]
+    assert "rank(s) [1] did not call load_state within 6 s" in results[0].stderr
+    assert "Every process must call load_state" in results[0].stderr
+
+
+def test_a_manifest_only_one_rank_cant_read_is_an_error_on_every_rank(tmp_path):
+    results = run_workers(2, script=JOB, args=[str(tmp_path), "manifest-on-rank-1"], timeout=90)
+    errors = [line for r in results for line in r.stdout.splitlines() if line.startswith("LOADER")]
+    assert [line.split(" ", 2)[1] for line in errors] == ["rank=0", "rank=1"], errors
+    messages = {line.split(" ", 2)[2] for line in errors}
+    assert len(messages) == 1, messages
+    assert "copy_1" in messages.pop()
 
 
 @pytest.mark.parametrize("nprocs", [2, 3])

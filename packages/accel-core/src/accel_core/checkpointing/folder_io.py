@@ -162,7 +162,7 @@ class CheckpointReader:
         return self.path(name).exists()
 
     def mark_verified(self, names: list[str]) -> None:
-        """Record that ``names`` were checked already (by :func:`verify_split`)."""
+        """Record that ``names`` were checked already (by :func:`.restore.open_checked`)."""
         self._verified.update(names)
 
     def verify(self, name: str) -> None:

@@ -183,17 +183,21 @@ class CheckpointingMixin:
             raise CheckpointError(f"save_state: {target} exists and is a file, expected a folder.")
         return target, None
 
-    def _meet(self, operation: str) -> None:
-        if self.num_processes > 1:  # type: ignore[attr-defined]
-            from accel_core.checkpointing import rendezvous
+    def _meet(self, operation: str, report: str | None = None) -> list[str]:
+        """Wait for every process to call ``operation`` (see :mod:`.rendezvous`); the reports
+        they brought, in rank order."""
+        if self.num_processes <= 1:  # type: ignore[attr-defined]
+            return [] if report is None else [report]
+        from accel_core.checkpointing import rendezvous
 
-            timeout = self.state.partial._shared_state.get("timeout")  # type: ignore[attr-defined]
-            rendezvous.meet(
-                operation,
-                self.process_index,  # type: ignore[attr-defined]
-                self.num_processes,  # type: ignore[attr-defined]
-                timeout.total_seconds() if timeout is not None else None,
-            )
+        timeout = self.state.partial._shared_state.get("timeout")  # type: ignore[attr-defined]
+        return rendezvous.meet(
+            operation,
+            self.process_index,  # type: ignore[attr-defined]
+            self.num_processes,  # type: ignore[attr-defined]
+            timeout.total_seconds() if timeout is not None else None,
+            report,
+        )
 
     # -- load ----------------------------------------------------------------------------------
 
@@ -215,19 +219,19 @@ class CheckpointingMixin:
 
         self._background_saver.wait()
         folder = self._checkpoint_source(input_dir)
-        self._meet("load_state")
+        options = dict(load_kwargs or {})
+        weights_only = bool(options.pop("weights_only", True))
+        reader = restore.open_checked(self, folder, weights_only)  # type: ignore[arg-type]
         models = list(self._models)  # type: ignore[attr-defined]
         for hook in self._load_model_state_pre_hook.values():
             hook(models, str(folder))
-        options = dict(load_kwargs or {})
-        weights_only = bool(options.pop("weights_only", True))
         map_location = load_model_func_kwargs.pop("map_location", None)
         if map_location in (None, "cpu"):
             map_location = "cpu"
         elif map_location == "on_device":
             map_location = self.device  # type: ignore[attr-defined]
         strict = bool(load_model_func_kwargs.pop("strict", True))
-        restore.load(self, folder, models, weights_only, map_location, strict)  # type: ignore[arg-type]
+        restore.load(self, reader, models, map_location, strict)  # type: ignore[arg-type]
         number = folders.iteration_of(folder)
         config = self.project_configuration  # type: ignore[attr-defined]
         if number is not None and config.automatic_checkpoint_naming:

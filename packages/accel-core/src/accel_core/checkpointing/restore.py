@@ -26,20 +26,43 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+def open_checked(accelerator: Accelerator, folder: Path, weights_only: bool) -> CheckpointReader:
+    """The reader of ``folder``, once its manifest's sizes and checksums hold on every process
+    (every process calls it).
+
+    Each process checks its share; then every process meets (a process that skipped
+    ``load_state`` is an error naming it, see :mod:`.rendezvous`) and learns what the others
+    found, so a damaged file is an error on every process.
+    """
+    found = manifest = None
+    try:
+        manifest = Manifest.read(folder)
+    except CheckpointError as caught:  # unreadable here: the others learn it at the meeting
+        found = str(caught)
+    reader = CheckpointReader(folder, manifest, weights_only=weights_only)
+    if manifest is not None:
+        found = _verify_share(
+            manifest, reader, accelerator.local_process_index, accelerator.num_processes
+        )
+    reports = accelerator._meet("load_state", found)
+    if reports:
+        raise CheckpointError(reports[0])
+    if manifest is not None:
+        reader.mark_verified(sorted(manifest.files))
+    return reader
+
+
 def load(
     accelerator: Accelerator,
-    folder: Path,
+    reader: CheckpointReader,
     models: list[Any],
-    weights_only: bool,
     map_location: Any,
     strict: bool,
 ) -> None:
-    """Restore ``folder`` into the accelerator's prepared objects (every process calls it)."""
-    manifest = Manifest.read(folder)
-    reader = CheckpointReader(folder, manifest, weights_only=weights_only)
+    """Restore the checkpoint of ``reader`` (from :func:`open_checked`) into the accelerator's
+    prepared objects (every process calls it)."""
+    folder, manifest = reader.root, reader.manifest
     rank, world_size = accelerator.process_index, accelerator.num_processes
-    if manifest is not None:
-        _verify_split(manifest, reader, accelerator.local_process_index, world_size)
     _check_counts(accelerator, reader)
     scheduler_states = [
         reader.read_object(names.scheduler_file(i)) for i in range(len(accelerator._schedulers))
@@ -129,31 +152,24 @@ def load(
             _restore_position(loader, positions[index], rng, saved_world, world_size, index)
 
 
-def _verify_split(
+def _verify_share(
     manifest: Manifest, reader: CheckpointReader, local_rank: int, world_size: int
-) -> None:
-    """Check every file of the checkpoint before anything is read into the model.
+) -> str | None:
+    """Check this process's share of the checkpoint before anything is read into the model;
+    what is wrong, or ``None``.
 
     Each process checks every size, and the checksums of its share of the blocks of all files
     (the processes of a node share its disk, so they split the bytes evenly between them), on
     as many threads as its share of the cores (1 process on 2 cores: 2 threads, half the time;
-    2 processes on 2 cores: 1 each); the results are exchanged, so a damaged file is an error on
-    every process.
+    2 processes on 2 cores: 1 each). The caller exchanges the results.
     """
-    from accel_ops import gather_object
-
     local_world = max(1, min(world_size, int(os.environ.get("LOCAL_WORLD_SIZE", world_size))))
     mine = checksum_share(manifest, local_rank, local_world)
     try:
         manifest.verify(reader.root, blocks=mine, threads=hashing_threads(local_world))
-        error = None
     except CheckpointError as caught:
-        error = str(caught)
-    errors = gather_object([error]) if world_size > 1 else [error]
-    found = next((e for e in errors if e is not None), None)
-    if found is not None:
-        raise CheckpointError(found)
-    reader.mark_verified(sorted(manifest.files))
+        return str(caught)
+    return None
 
 
 MAX_HASHING_THREADS = 8
