@@ -19,21 +19,26 @@ JOB = Path(__file__).parent / "checkpoint_faults_job.py"
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
 
-def test_save_state_on_the_main_process_only_is_an_error_not_a_hang(tmp_path):
+@pytest.mark.parametrize(
+    ("operation", "mode"), [("save_state", "main-only"), ("load_state", "load-main-only")]
+)
+def test_a_call_on_the_main_process_only_is_an_error_not_a_hang(tmp_path, operation, mode):
     started = time.monotonic()
     results = run_workers(
         2,
         script=JOB,
-        args=[str(tmp_path), "main-only"],
+        args=[str(tmp_path), mode],
         env={"ACCEL_PROCESS_GROUP_TIMEOUT": "6"},
         check=False,
         timeout=90,
     )
     assert time.monotonic() - started < 60
     assert [r.returncode for r in results] == [1, 1], [r.stderr[-1500:] for r in results]
-    assert "rank(s) [1] did not call save_state within 6 s" in results[0].stderr
-    assert "Every process must call save_state" in results[0].stderr
-    assert not (tmp_path / "checkpoints" / "checkpoint_0").exists()
+    assert f"rank(s) [1] did not call {operation} within 6 s" in results[0].stderr
+    assert f"Every process must call {operation}" in results[0].stderr
+    # save: nothing was written; load: the save before it is the only checkpoint.
+    checkpoints = sorted(p.name for p in (tmp_path / "checkpoints").glob("checkpoint_*"))
+    assert checkpoints == ([] if operation == "save_state" else ["checkpoint_0"])
 
 
 @pytest.mark.parametrize("nprocs", [1, 2])
@@ -70,22 +75,6 @@ def test_sigkill_mid_save_leaves_the_previous_checkpoint_whole(tmp_path, nprocs)
             accelerator.load_state()  # the 2-process checkpoint, on one process
     torch.manual_seed(0)
     assert torch.equal(model.weight, torch.nn.Linear(4, 3).weight)
-
-
-def test_load_state_on_the_main_process_only_is_an_error_not_a_hang(tmp_path):
-    started = time.monotonic()
-    results = run_workers(
-        2,
-        script=JOB,
-        args=[str(tmp_path), "load-main-only"],
-        env={"ACCEL_PROCESS_GROUP_TIMEOUT": "6"},
-        check=False,
-        timeout=90,
-    )
-    assert time.monotonic() - started < 60
-    assert results[0].returncode == 1, results[0].stderr[-1500:]
-    assert "rank(s) [1] did not call load_state within 6 s" in results[0].stderr
-    assert "Every process must call load_state" in results[0].stderr
 
 
 def test_a_manifest_only_one_rank_cant_read_is_an_error_on_every_rank(tmp_path):
