@@ -10,13 +10,11 @@ every process waits for it, as Accelerate's does: no process sees the file half-
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accel_launch.atomic_write import write_atomically
 from accel_launch.errors import AccelLaunchError
 
 SAFE_WEIGHTS_NAME = "model.safetensors"
@@ -120,23 +118,8 @@ def _merge_into(
         tensors = {
             k: v.contiguous().clone() for k, v in state.items() if isinstance(v, torch.Tensor)
         }
-        _write_atomically(target, lambda path: save_file(tensors, path, metadata={"format": "pt"}))
+        write_atomically(target, lambda path: save_file(tensors, path, metadata={"format": "pt"}))
     else:
-        _write_atomically(target, lambda path: torch.save(state, path))
+        write_atomically(target, lambda path: torch.save(state, path))
     if remove_checkpoint_dir:
         shutil.rmtree(checkpoint_dir)
-
-
-def _write_atomically(target: Path, write: Callable[[str], None]) -> None:
-    """``write(path)`` into a temporary file beside ``target``, then rename it over ``target``."""
-    descriptor, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(descriptor)
-    try:
-        write(temporary)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; match a plain open()
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accel_launch.atomic_write import write_atomically
 from accel_launch.config.schema import validate
 from accel_launch.errors import ConfigError
 
@@ -87,9 +88,7 @@ def save_config(config: dict[str, Any], path: str | os.PathLike[str]) -> Path:
         text = json.dumps(checked, indent=2) + "\n"
     else:
         text = yaml.safe_dump(checked, sort_keys=False, default_flow_style=False)
-    tmp = file.with_name(file.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(file)
+    write_atomically(file, lambda temporary: Path(temporary).write_text(text, encoding="utf-8"))
     return file
 
 
