@@ -19,7 +19,7 @@ from safetensors.torch import load_file
 
 from accel_core import Accelerator
 from accel_core.checkpointing import CheckpointError
-from accel_core.checkpointing.weights_file import read_header
+from accel_core.checkpointing.weights_file import read_header, read_into
 
 
 def _model(seed: int) -> torch.nn.Module:
@@ -75,6 +75,49 @@ def test_a_model_with_load_hooks_goes_through_load_state_dict(tmp_path):
     model = _loaded(folder, model)
     assert seen == [torch.nn.Linear]
     assert torch.equal(model[0].weight.detach(), saved["0.weight"])
+
+
+def _with_load_hook(model: torch.nn.Module) -> torch.nn.Module:
+    model[0].register_load_state_dict_post_hook(lambda module, keys: None)
+    return model
+
+
+def _transposed_weight(model: torch.nn.Module) -> torch.nn.Module:
+    # A parameter that is a non-contiguous view: its bytes can't be copied as they are.
+    model[0].weight = torch.nn.Parameter(model[0].weight.detach().t().contiguous().t())
+    assert not model[0].weight.is_contiguous()
+    return model
+
+
+@pytest.mark.parametrize(
+    "arrange",
+    [lambda model: model, _with_load_hook, _transposed_weight],
+    ids=["straight", "through load_state_dict", "non-contiguous parameter"],
+)
+def test_loaded_weights_keep_no_view_of_the_file(tmp_path, arrange):
+    folder, saved = _saved(tmp_path)
+    saved = {key: value.clone() for key, value in saved.items()}  # load_file maps the file too
+    model = _loaded(folder, arrange(_model(1)))
+    path = folder / "model.safetensors"
+    with open(path, "r+b") as handle:  # overwritten in place: a map of it would see the zeros
+        handle.write(bytes(path.stat().st_size))
+    for key, value in saved.items():
+        assert torch.equal(model.state_dict()[key], value), key
+    model(torch.randn(5, 3)).sum().backward()  # and the parameters are the model's own
+
+
+def test_a_file_cut_short_after_its_header_was_read_is_an_error_that_changes_nothing(tmp_path):
+    folder, _ = _saved(tmp_path)
+    path = folder / "model.safetensors"
+    entries = read_header(path)
+    model = _model(1)
+    before = {key: value.clone() for key, value in model.state_dict().items()}
+    with open(path, "r+b") as handle:
+        handle.truncate(path.stat().st_size - 4)  # after the header was read
+    with pytest.raises(CheckpointError, match=r"model.safetensors can't be read: .*inside tensor"):
+        read_into(path, entries, model.state_dict(keep_vars=True))
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, before[key]), key
 
 
 def test_a_damaged_header_is_named(tmp_path):

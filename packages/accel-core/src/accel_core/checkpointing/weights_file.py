@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -110,8 +111,10 @@ def loads_plainly(model: torch.nn.Module) -> bool:
 def read_into(
     path: Path, entries: dict[str, WeightEntry], targets: dict[str, torch.Tensor]
 ) -> None:
-    """Copy each entry's bytes into ``targets[key]`` (the model's own tensors)."""
+    """Copy each entry's bytes into ``targets[key]`` (the model's own tensors). A file cut short
+    since its header was read is an error before the first tensor changes."""
     with open(path, "rb", buffering=0) as handle, torch.no_grad():
+        _check_size(handle, entries, path)
         for key, entry in entries.items():
             target = targets[key]
             if _takes_bytes(target, entry):
@@ -123,6 +126,7 @@ def read_into(
 def read_tensors(path: Path, entries: dict[str, WeightEntry]) -> dict[str, torch.Tensor]:
     """Every entry as a new CPU tensor."""
     with open(path, "rb", buffering=0) as handle:
+        _check_size(handle, entries, path)
         return {key: read_tensor(handle, entry, path, key) for key, entry in entries.items()}
 
 
@@ -131,6 +135,13 @@ def read_tensor(handle: BinaryIO, entry: WeightEntry, path: Path, key: str) -> t
     tensor = torch.empty(entry.shape, dtype=entry.dtype)
     _read_exactly(handle, entry, tensor, path, key)
     return tensor
+
+
+def _check_size(handle: BinaryIO, entries: dict[str, WeightEntry], path: Path) -> None:
+    size = os.fstat(handle.fileno()).st_size
+    for key, entry in entries.items():
+        if entry.end > size:
+            raise _damaged(path, f"it ends inside tensor {key!r}")
 
 
 def _takes_bytes(target: torch.Tensor, entry: WeightEntry) -> bool:
