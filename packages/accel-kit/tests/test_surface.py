@@ -14,6 +14,8 @@ SUBMODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(accel.__path__, "accel.")
     if not info.name.startswith("accel._")
+    # the one module that is not a table: the `import accelerate` alias (test_as_accelerate.py)
+    and info.name != "accel.as_accelerate"
 )
 MODULES = ["accel", *SUBMODULES]
 
@@ -84,3 +86,9 @@ def test_dir_lists_the_public_names():
 
     assert "AlignDevicesHook" in dir(accel.hooks)
     assert "AlignDevicesHook" in accel.hooks.__all__
+
+
+def test_a_submodule_is_an_attribute_of_its_package_once_the_package_is_imported():
+    code = "import accel; print(accel.utils.modeling.__name__, accel.commands.merge.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["accel.utils.modeling", "accel.commands.merge"]

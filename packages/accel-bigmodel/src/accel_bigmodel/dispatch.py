@@ -55,6 +55,8 @@ def dispatch_model(
     current one computes (outputs are bit-identical; one extra block's weights in memory).
     """
     if not getattr(device_map, "_accel_checked", False):
+        # Looked up in this module when called: a replacement set at Accelerate's path
+        # (``accelerate.big_modeling.check_device_map``, as transformers does) lands here.
         check_device_map(model, device_map)
     device_map = {
         k: normalize_device(v, where=f"module {k!r} in device_map") for k, v in device_map.items()

@@ -9,7 +9,10 @@ says so, rather than a bare AttributeError.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
 from collections.abc import Callable, Mapping
+from types import ModuleType
 from typing import Any
 
 
@@ -47,6 +50,9 @@ def export_table(
             raise UnsupportedNameError(
                 f"{module_name}.{name} is not supported by accel: {unsupported[name]}"
             )
+        submodule = _submodule(module_name, name)
+        if submodule is not None:
+            return submodule
         raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
 
     def __dir__() -> list[str]:
@@ -55,8 +61,44 @@ def export_table(
     return __getattr__, __dir__, sorted(table)
 
 
+def _submodule(module_name: str, name: str) -> ModuleType | None:
+    """The submodule ``name`` of a package, imported on first use (``import accel`` then
+    ``accel.utils.X`` works, as ``import accelerate`` then ``accelerate.utils.X`` does)."""
+    if name.startswith("__") or not hasattr(sys.modules[module_name], "__path__"):
+        return None
+    if importlib.util.find_spec(f"{module_name}.{name}") is None:
+        return None
+    return importlib.import_module(f"{module_name}.{name}")
+
+
 def globals_of_module(module_name: str) -> dict[str, Any]:
     """The namespace of an already imported module (used to cache resolved names)."""
-    import sys
-
     return vars(sys.modules[module_name])
+
+
+class _ReplaceableNamesModule(ModuleType):
+    """A table module whose listed names, when replaced, are replaced where they are used."""
+
+    _replaceable: Mapping[str, str] = {}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        target = self._replaceable.get(name)
+        if target is not None:
+            source, _, attribute = target.partition(":")
+            setattr(importlib.import_module(source), attribute or name, value)
+        super().__setattr__(name, value)
+
+
+def replaceable_names(module_name: str, targets: Mapping[str, str]) -> None:
+    """Let code replace the functions named in ``targets`` at this module's path, as it does at
+    Accelerate's (transformers sets ``accelerate.big_modeling.check_device_map``).
+
+    ``targets`` maps each name to ``"package.module:attribute"``, the global that the defining
+    package looks up when it calls the function: a replacement here is made there too, so it takes
+    effect, and putting the original back puts it back there.
+    """
+    module = sys.modules[module_name]
+    replaceable = type(
+        "ReplaceableNamesModule", (_ReplaceableNamesModule,), {"_replaceable": dict(targets)}
+    )
+    module.__class__ = replaceable
