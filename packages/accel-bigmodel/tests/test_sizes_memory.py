@@ -79,6 +79,17 @@ def test_get_max_memory():
     assert get_max_memory()["cpu"] > 0
 
 
+def test_get_max_memory_converts_the_callers_sizes_as_accelerate_does():
+    # transformers compares the dict it passed with the result, so its strings must become ints
+    given = {"cpu": "300KB", "cuda:0": 100, "disk": "1GB"}
+    get_max_memory(given)
+    assert given == {"cpu": 300_000, "cuda:0": 100, "disk": 10**9}
+    unchanged = {"cpu": "1GiB", "gpu": "1GB"}
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        get_max_memory(unchanged)
+    assert unchanged == {"cpu": "1GiB", "gpu": "1GB"}  # checked before anything is converted
+
+
 def test_get_max_memory_unknown_device():
     with pytest.raises(ValueError, match=r"unknown device 'gpu'.*'cuda:N', 'cpu', 'mps' or 'disk'"):
         get_max_memory({"gpu": "1GiB"})

@@ -1,5 +1,7 @@
 """LaunchEnvironment.from_environ: defaults, every field, and errors that name the variable."""
 
+import pickle
+
 import pytest
 
 from accel_ops import LaunchEnvironment, LaunchEnvironmentError, PartialState
@@ -65,6 +67,16 @@ def test_is_frozen():
         env.rank = 3  # type: ignore[misc]
     with pytest.raises(TypeError):
         env.strategy_config["x"] = 1  # type: ignore[index]
+
+
+def test_pickles_with_its_read_only_strategy_config():
+    env = LaunchEnvironment.from_environ(
+        {"WORLD_SIZE": "2", "RANK": "1", "ACCEL_STRATEGY_CONFIG": '{"zero_stage": 3}'}
+    )
+    copy = pickle.loads(pickle.dumps(env))
+    assert copy == env and copy.rank == 1 and dict(copy.strategy_config) == {"zero_stage": 3}
+    with pytest.raises(TypeError):
+        copy.strategy_config["x"] = 1  # type: ignore[index]
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,8 @@ def get_max_memory(max_memory: dict[Device, int | str] | None = None) -> dict[De
     Without ``max_memory``: the free memory of every visible GPU (``torch.cuda.mem_get_info``) and
     the available RAM (``psutil``). With it: the values given, as ints or strings such as "10GiB"
     or "500MB". Giving GPU indices needs no GPU: it is how maps for other machines are computed.
+    As in Accelerate, the sizes given as strings are also converted in the caller's dict (its keys
+    stay as they were), once every entry has been checked; transformers relies on it.
     """
     if max_memory is None:
         found: dict[Device, int] = {}
@@ -81,6 +83,9 @@ def get_max_memory(max_memory: dict[Device, int | str] | None = None) -> dict[De
             result[device] = convert_file_size_to_int(value)
         except ValueError as error:
             raise ValueError(f"max_memory[{key!r}]: {error}") from None
+    for key, value in list(max_memory.items()):
+        if isinstance(value, str):
+            max_memory[key] = result[normalize_device(key, where="a key of max_memory")]
     return dict(sorted(result.items(), key=lambda item: device_order(item[0])))
 
 

@@ -514,6 +514,18 @@ class Accelerator(
         which a copy would split (objects that keep an Accelerator can be deep-copied)."""
         return self
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What ``pickle`` keeps, as in Accelerate (transformers' ``TrainingArguments`` and
+        ``torch.save`` of objects that hold an Accelerator): the weak set of the data loaders
+        given to ``prepare`` is kept as a list and rebuilt when unpickled."""
+        state = dict(self.__dict__)
+        state["_original_loaders"] = list(self._original_loaders)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._original_loaders = weakref.WeakSet(state["_original_loaders"])
+
     def __repr__(self) -> str:
         return (
             f"Accelerator(strategy={self.strategy.name!r}, num_processes={self.num_processes}, "

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -68,6 +68,13 @@ class LaunchEnvironment:
     num_machines: int = 1
     config_file: str | None = None
     hang_report_dir: str | None = None
+
+    def __reduce__(self) -> tuple[Callable[[dict[str, Any]], LaunchEnvironment], tuple[Any]]:
+        # A read-only mapping can't be pickled; a pickled state (``torch.save`` of transformers'
+        # ``TrainingArguments`` holds one) carries it as a dict and makes it read-only again.
+        values = {item.name: getattr(self, item.name) for item in fields(self)}
+        values["strategy_config"] = dict(self.strategy_config)
+        return _unpickle_launch_environment, (values,)
 
     @property
     def is_distributed(self) -> bool:
@@ -127,6 +134,12 @@ class LaunchEnvironment:
             config_file=_read(env, "ACCEL_CONFIG_FILE", _optional_name, None),
             hang_report_dir=_read(env, "ACCEL_HANG_REPORT_DIR", _optional_name, None),
         )
+
+
+def _unpickle_launch_environment(values: dict[str, Any]) -> LaunchEnvironment:
+    return LaunchEnvironment(
+        **{**values, "strategy_config": MappingProxyType(dict(values["strategy_config"]))}
+    )
 
 
 def _read(

@@ -34,6 +34,10 @@ class BackgroundSaver:
         #: The copies of the last asynchronous save (see ``snapshot.staged``), reused by the next.
         self.staging: dict[str, Any] | None = None
 
+    def __reduce__(self) -> tuple[type[BackgroundSaver], tuple[()]]:
+        # A pickled Accelerator carries no thread, group or staging copies: an idle saver.
+        return BackgroundSaver, ()
+
     def start(self, snapshot: Snapshot, strategy: Strategy) -> None:
         """Write ``snapshot`` in a thread (the caller waited for the previous one)."""
         if snapshot.world_size > 1 and self._group is None:
