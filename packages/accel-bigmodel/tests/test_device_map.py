@@ -134,9 +134,40 @@ def test_check_device_map_errors():
     model = _model()
     with pytest.raises(ValueError, match=r"unknown device 'gpu0' for module '0'"):
         check_device_map(model, {"0": "gpu0", "1": 0, "2": 0, "3": 0})
-    with pytest.raises(ValueError, match=r"does not place 2 tensors.*'3.weight'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^The device_map provided does not give any device for the following parameters: "
+        r"3.weight, 3.bias \(2 tensors\)",
+    ):
         check_device_map(model, {"0": 0, "1": 0, "2": 0})
-    with pytest.raises(ValueError, match=r"'2.c'.*did you mean '2.[ab]'"):
+    # a name that is no module warns, as in Accelerate: maps that worked there keep working
+    with pytest.warns(
+        UserWarning,
+        match=r"^The following device_map keys do not match any submodules in the model: "
+        r"'2.c' \(did you mean '2.[ab]'\?\)",
+    ):
         check_device_map(model, {"": 0, "2.c": 0})
     check_device_map(model, {"": "cpu"})
     assert torch.device("meta") == model[0].weight.device
+
+
+def test_a_map_with_a_name_that_is_no_module_loads_and_runs_as_in_accelerate(tmp_path):
+    from safetensors.torch import save_file
+
+    from accel_bigmodel import load_checkpoint_and_dispatch
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    save_file(
+        {k: v.contiguous() for k, v in model.state_dict().items()}, tmp_path / "m.safetensors"
+    )
+    with init_empty_weights():
+        empty = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+    device_map = {"0": "cpu", "1": "disk", "2": "disk"}  # "2" is no module: a warning
+    with pytest.warns(UserWarning, match="do not match any submodules in the model: '2'"):
+        loaded = load_checkpoint_and_dispatch(
+            empty, str(tmp_path / "m.safetensors"), device_map, offload_folder=tmp_path / "off"
+        )
+    inputs = torch.randn(3, 4)
+    assert torch.equal(loaded(inputs), model(inputs))
+    assert loaded.hf_device_map == {"0": "cpu", "1": "disk"}

@@ -106,7 +106,9 @@ def test_round_trip_restores_every_state(tmp_path):
 
 def test_register_for_checkpointing_refuses_objects_without_state_dict():
     accelerator = Accelerator()
-    with pytest.raises(TypeError, match=r"item 1 \(object\)"):
+    with pytest.raises(
+        ValueError, match=r"(?s)^All `objects` must include.*Item at index 1, `object`"
+    ):
         accelerator.register_for_checkpointing(Counter(), object())
     assert accelerator._custom_objects == []
 

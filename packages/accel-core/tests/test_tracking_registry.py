@@ -166,7 +166,9 @@ def test_instances_in_log_with_are_started_as_given(tmp_path):
 
 
 def test_registering_checks_the_class():
-    with pytest.raises(TypeError, match=r"subclass of accel_core\.tracking\.GeneralTracker"):
+    with pytest.raises(
+        ValueError, match=r"^`tracker_class` must be a subclass of `GeneralTracker`"
+    ):
         register_tracker_class(object)  # type: ignore[arg-type]
 
     class Nameless(GeneralTracker):

@@ -129,3 +129,10 @@ def test_availability_checks():
     assert accel_ops.is_deepspeed_available() is False
     for name in ("npu", "xpu", "hpu", "mlu", "musa", "sdaa", "neuron"):
         assert getattr(accel_ops, f"is_{name}_available")() is False
+
+
+def test_concatenate_returns_a_single_item_that_is_not_a_tensor_as_accelerate_does():
+    assert accel_ops.concatenate([3]) == 3
+    assert accel_ops.concatenate([{"a": ["x"]}]) == {"a": ["x"]}
+    with pytest.raises(TypeError, match="Can only concatenate tensors, got a str"):
+        accel_ops.concatenate(["a", "b"])

@@ -10,6 +10,7 @@ longest key that is a prefix of its name.
 from __future__ import annotations
 
 import difflib
+import warnings
 from collections.abc import Mapping
 
 import torch
@@ -35,16 +36,27 @@ def device_for(name: str, device_map: Mapping[str, object]) -> object:
 
 
 def check_device_map(model: nn.Module, device_map: Mapping[str, object]) -> None:
-    """Raise a ValueError if ``device_map`` has unknown devices or names, or misses some tensor."""
+    """Raise a ValueError if ``device_map`` has unknown devices or misses some tensor.
+
+    A name that is no module or tensor of the model is a warning, as in Accelerate (maps that
+    worked there keep working); it places nothing.
+    """
     modules = {n for n, _ in model.named_modules()}
     tensor_names = [n for n, _ in named_module_tensors(model, recurse=True)]
     known = modules | set(tensor_names)
+    unknown = []
     for key, value in device_map.items():
         normalize_device(value, where=f"module {key!r} in device_map")
         if key not in known:
             close = difflib.get_close_matches(key, sorted(known), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"device_map names {key!r}, which is not a module of the model{hint}")
+            unknown.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    if unknown:
+        warnings.warn(
+            "The following device_map keys do not match any submodules in the model: "
+            f"{', '.join(unknown)}; they place nothing",
+            UserWarning,
+            stacklevel=2,
+        )
     missing = []
     for name in tensor_names:
         try:
@@ -53,9 +65,18 @@ def check_device_map(model: nn.Module, device_map: Mapping[str, object]) -> None
             missing.append(name)
     if missing:
         raise ValueError(
-            f"device_map does not place {len(missing)} tensors of the model, for example "
-            f"{missing[:5]}; add their modules (or '' for the whole model) to the map"
+            "The device_map provided does not give any device for the following parameters: "
+            f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} ({len(missing)} "
+            "tensors); add their modules (or '' for the whole model) to the map"
         )
+
+
+def placing_entries(model: nn.Module, device_map: Mapping[str, Device]) -> dict[str, Device]:
+    """``device_map`` without the names that are no module or tensor of ``model`` (which
+    :func:`check_device_map` warns about): what is left is what places something."""
+    known = {n for n, _ in model.named_modules()}
+    known.update(n for n, _ in named_module_tensors(model, recurse=True))
+    return {key: device for key, device in device_map.items() if key in known}
 
 
 def resolve_device_map(

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from accel_bigmodel.align_hooks import AlignDevicesHook, attach_align_device_hook_on_blocks
-from accel_bigmodel.device_map import check_device_map, device_for
+from accel_bigmodel.device_map import check_device_map, device_for, placing_entries
 from accel_bigmodel.memory import Device, normalize_device
 from accel_bigmodel.offload import (
     INDEX_NAME,
@@ -58,9 +58,13 @@ def dispatch_model(
         # Looked up in this module when called: a replacement set at Accelerate's path
         # (``accelerate.big_modeling.check_device_map``, as transformers does) lands here.
         check_device_map(model, device_map)
-    device_map = {
-        k: normalize_device(v, where=f"module {k!r} in device_map") for k, v in device_map.items()
-    }
+    device_map = placing_entries(
+        model,
+        {
+            k: normalize_device(v, where=f"module {k!r} in device_map")
+            for k, v in device_map.items()
+        },
+    )
     devices = set(device_map.values())
     if len(devices) == 1 and not force_hooks and next(iter(devices)) != "disk":
         device = next(iter(devices))

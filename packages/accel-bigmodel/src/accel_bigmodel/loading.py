@@ -32,7 +32,12 @@ import torch
 from torch import nn
 
 from accel_bigmodel.checkpoint_files import find_checkpoint_files, load_torch_file
-from accel_bigmodel.device_map import check_device_map, device_for, resolve_device_map
+from accel_bigmodel.device_map import (
+    check_device_map,
+    device_for,
+    placing_entries,
+    resolve_device_map,
+)
 from accel_bigmodel.dispatch import dispatch_model
 from accel_bigmodel.dtypes import parse_dtype
 from accel_bigmodel.load_checks import TensorSpec, check_checkpoint, read_specs
@@ -163,7 +168,9 @@ def load_checkpoint_in_model(
         )
     if device_map is not None:
         check_device_map(model, device_map)
-        device_map = {k: normalize_device(v, where=f"module {k!r}") for k, v in device_map.items()}
+        device_map = placing_entries(
+            model, {k: normalize_device(v, where=f"module {k!r}") for k, v in device_map.items()}
+        )
     target_dtype = parse_dtype(dtype)
     if target_dtype is not None and not target_dtype.is_floating_point:
         raise ValueError(

@@ -46,7 +46,11 @@ def slice_tensors(
 
 
 def concatenate(data: list[Any], dim: int = 0) -> Any:
-    """Concatenate a list of same-structured nests of tensors into one nest, along ``dim``."""
+    """Concatenate a list of same-structured nests of tensors into one nest, along ``dim``.
+
+    A list of one item that is not a tensor or a nest is returned as that item, as Accelerate
+    documents ("a single batch of data is returned as-is").
+    """
     if not isinstance(data, (list, tuple)) or len(data) == 0:
         raise ValueError("concatenate needs a non-empty list of tensors or of nested structures")
     first = data[0]
@@ -59,6 +63,8 @@ def concatenate(data: list[Any], dim: int = 0) -> Any:
             first, {key: concatenate([item[key] for item in data], dim=dim) for key in first}
         )
     if not isinstance(first, torch.Tensor):
+        if len(data) == 1:
+            return first
         raise TypeError(f"Can only concatenate tensors, got a {type(first).__qualname__}")
     return torch.cat(list(data), dim=dim)
 

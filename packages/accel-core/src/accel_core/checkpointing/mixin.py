@@ -46,16 +46,17 @@ class CheckpointingMixin:
         """Save and load ``objects`` with the checkpoint (each needs ``state_dict`` and
         ``load_state_dict``); they are stored as ``custom_checkpoint_<i>.pkl`` in this order."""
         invalid = [
-            f"item {index} ({type(obj).__name__})"
+            f"\n\t- Item at index {index}, `{type(obj).__name__}`"
             for index, obj in enumerate(objects)
             if not (callable(getattr(obj, "state_dict", None)))
             or not callable(getattr(obj, "load_state_dict", None))
         ]
         if invalid:
-            raise TypeError(
-                "register_for_checkpointing takes objects with state_dict() and "
-                f"load_state_dict(); {', '.join(invalid)} has not both. Wrap it in a small class "
-                "that has them."
+            # Accelerate's error type and words, which scripts catch and people search for
+            raise ValueError(
+                "All `objects` must include a `state_dict` and `load_state_dict` function to be "
+                f"stored. The following inputs are invalid:{''.join(invalid)}\nWrap each in a "
+                "small class that has both methods."
             )
         self._custom_objects.extend(objects)
 

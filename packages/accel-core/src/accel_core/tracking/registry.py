@@ -104,9 +104,9 @@ def register_tracker_class(tracker_class: type[GeneralTracker], name: str | None
     class under another name than its own (``LOGGER_TYPE_TO_CLASS[name] = cls`` does that).
     """
     if not (isinstance(tracker_class, type) and issubclass(tracker_class, GeneralTracker)):
-        raise TypeError(
-            f"register_tracker_class expects a subclass of accel_core.tracking.GeneralTracker, "
-            f"got {tracker_class!r}"
+        raise ValueError(
+            f"`tracker_class` must be a subclass of `GeneralTracker`, but got {tracker_class!r} "
+            f"(register_tracker_class expects a subclass of accel_core.tracking.GeneralTracker)"
         )
     if name is None:
         name = getattr(tracker_class, "name", None)
