@@ -56,6 +56,18 @@ def test_prepare_model_twice_lists_the_model_once():
     assert len(accelerator._models) == 1
 
 
+def test_every_prepared_object_carries_accelerates_marker():
+    accelerator = Accelerator()
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    loader = torch.utils.data.DataLoader(list(range(4)), batch_size=2)
+    prepared = accelerator.prepare(model, optimizer, scheduler, loader)
+    assert [getattr(obj, "_is_accelerate_prepared", None) for obj in prepared] == [True] * 4
+    assert not hasattr(optimizer, "_is_accelerate_prepared")  # the user's own objects stay as given
+    assert accelerator.prepare(prepared[1]) is prepared[1]
+
+
 # --------------------------------------------------------------------------------------------
 # pickling prepared objects
 

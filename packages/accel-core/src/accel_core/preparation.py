@@ -119,6 +119,9 @@ def prepare_all(
         result[index] = loader
     for index, scheduler in zip(pending["scheduler"], set_up.schedulers, strict=True):
         result[index] = _wrap_scheduler(accelerator, scheduler)
+    for index in (i for kind in ("optimizer", "scheduler", "data loader") for i in pending[kind]):
+        # Accelerate marks every prepared object; libraries read it to avoid preparing twice
+        result[index]._is_accelerate_prepared = True
     return result
 
 
