@@ -41,7 +41,9 @@ def _detect_library(model: str) -> str:
     return "timm"
 
 
-def _build(model: str, library: str) -> Any:
+def _build(
+    model: str, library: str, trust_remote_code: bool = False, token: str | None = None
+) -> Any:
     if library == "transformers":
         if importlib.util.find_spec("transformers") is None:
             raise AccelLaunchError(
@@ -54,9 +56,11 @@ def _build(model: str, library: str) -> Any:
         import torch
         import transformers
 
-        config = transformers.AutoConfig.from_pretrained(model)
+        config = transformers.AutoConfig.from_pretrained(
+            model, trust_remote_code=trust_remote_code, token=token
+        )
         with torch.device("meta"):
-            return transformers.AutoModel.from_config(config)
+            return transformers.AutoModel.from_config(config, trust_remote_code=trust_remote_code)
     if library == "timm":
         if importlib.util.find_spec("timm") is None:
             raise AccelLaunchError(
@@ -103,14 +107,56 @@ def _largest_layer(model: Any) -> tuple[str, int]:
     return best
 
 
+def create_empty_model(
+    model_name: str,
+    library_name: str | None = None,
+    trust_remote_code: bool = False,
+    access_token: str | None = None,
+) -> Any:
+    """``model_name`` built on the meta device, in float32 (Accelerate's ``create_empty_model``).
+
+    ``model_name`` is a local folder with a transformers ``config.json``, a timm architecture
+    name or ``module:callable``; ``library_name`` (transformers, timm, callable) is guessed from
+    its form when None. Nothing is downloaded: unlike Accelerate's, it does not look the name up
+    on the Hub. Raises :class:`~accel_launch.errors.AccelLaunchError` naming what is missing.
+    """
+    if library_name is not None and library_name not in LIBRARIES:
+        raise AccelLaunchError(
+            f"library {library_name!r} is not supported; choose from {', '.join(LIBRARIES)}"
+        )
+    library = library_name or _detect_library(model_name)
+    return _build(model_name, library, trust_remote_code, access_token)
+
+
+def estimate_training_usage(
+    bytes: int, mixed_precision: str, msamp_config: str | None = None
+) -> dict[str, int]:
+    """Memory to train a model of ``bytes`` (float32 size) at batch size 1, by part
+    (Accelerate's ``estimate_training_usage``): ``model``, ``optimizer``, ``gradients``, ``step``.
+
+    ``float32``: gradients as the model, Adam's two moments twice it, the step four times it.
+    ``float16``/``bfloat16`` (and ``fp8`` without an MS-AMP config): float32 master weights,
+    gradients 1.5 times the model, Adam twice it. Other dtypes give -1 (not estimated).
+    """
+    sizes = {"model": -1, "optimizer": -1, "gradients": -1, "step": -1}
+    half = bytes // 2
+    if mixed_precision == "float32":
+        sizes.update(model=bytes, gradients=bytes, optimizer=2 * bytes, step=4 * bytes)
+    elif mixed_precision in ("float16", "bfloat16") or (
+        mixed_precision == "fp8" and msamp_config is None
+    ):
+        sizes.update(model=bytes, gradients=bytes + half, optimizer=2 * bytes, step=2 * bytes)
+    return sizes
+
+
 def estimate(
-    model: str, dtypes: list[str], library: str | None = None
+    model: str, dtypes: list[str], library: str | None = None, trust_remote_code: bool = False
 ) -> tuple[str, list[Estimate]]:
     """Build ``model`` on the meta device; return the largest layer's name and one row per dtype."""
     unknown = [d for d in dtypes if d not in DTYPE_BYTES]
     if unknown:
         raise AccelLaunchError(f"unknown dtypes {unknown}; choose from {', '.join(DTYPE_BYTES)}")
-    built = _build(model, library or _detect_library(model))
+    built = create_empty_model(model, library, trust_remote_code)
     total = _numel(built)
     layer, largest = _largest_layer(built)
     rows = [Estimate(d, largest * DTYPE_BYTES[d], total * DTYPE_BYTES[d]) for d in dtypes]

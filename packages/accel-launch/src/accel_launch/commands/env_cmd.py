@@ -1,4 +1,8 @@
-"""``accel env``: versions, platform, hardware and the config, to paste into a bug report."""
+"""``accel env``: versions, platform, hardware and the config, to paste into a bug report.
+
+Also Accelerate's ``accelerate.commands.env`` functions: :func:`env_command_parser` and
+:func:`env_command`.
+"""
 
 from __future__ import annotations
 
@@ -26,17 +30,35 @@ PACKAGES = (
 )
 
 
+_HELP = "Print versions, hardware and the config for a bug report."
+_DESCRIPTION = (
+    "Print versions (python, torch, accel packages), platform, CPU/GPU/RAM, whether "
+    "`import accelerate` loads accel, and the config file, as one block to paste into a bug report."
+)
+
+
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel env``."""
-    parser = commands.add_parser(
-        "env",
-        help="Print versions, hardware and the config for a bug report.",
-        description="Print versions (python, torch, accel packages), platform, CPU/GPU/RAM and "
-        "the config file, as one block to paste into a bug report.",
-    )
-    add_config_file_argument(parser, "Config file to show (default: the default location).")
+    parser = commands.add_parser("env", help=_HELP, description=_DESCRIPTION)
+    _add_arguments(parser)
     parser.set_defaults(run=run)
     return parser
+
+
+def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``env`` parser (Accelerate's ``accelerate.commands.env``): registered on
+    ``subparsers`` when given, else standalone; its ``func`` default is :func:`env_command`."""
+    if subparsers is not None:
+        parser = add_parser(subparsers)
+    else:
+        parser = argparse.ArgumentParser(prog="accel env", description=_DESCRIPTION)
+        _add_arguments(parser)
+    parser.set_defaults(func=env_command)
+    return parser
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_config_file_argument(parser, "Config file to show (default: the default location).")
 
 
 def _version(name: str) -> str | None:
@@ -61,41 +83,69 @@ def _gpus() -> str:
     return f"{len(names)}: " + ", ".join(names)
 
 
-def report(config_file: str | None = None) -> str:
-    """The text ``accel env`` prints."""
+def collect(config_file: str | None = None) -> dict[str, Any]:
+    """What ``accel env`` reports, by label: versions, platform, hardware, whether
+    ``import accelerate`` loads accel, and the config file (its keys, or why it can't be read)."""
     import platform
 
     import psutil
-    import yaml
 
+    from accel_launch import accelerate_alias
     from accel_launch.config.files import default_config_file, load_config
     from accel_launch.errors import ConfigError
 
-    lines = ["Copy-and-paste the text below in your bug report.", ""]
-    lines.append(f"- Python: {sys.version.split()[0]} ({sys.executable})")
-    lines.append(f"- Platform: {platform.platform()}")
+    info: dict[str, Any] = {
+        "Python": f"{sys.version.split()[0]} ({sys.executable})",
+        "Platform": platform.platform(),
+    }
     for name in PACKAGES:
         version = _version(name)
         if version is not None:
-            lines.append(f"- {name}: {version}")
+            info[name] = version
     memory = psutil.virtual_memory()
-    lines.append(
-        f"- CPU: {platform.processor() or platform.machine()}, "
+    info["CPU"] = (
+        f"{platform.processor() or platform.machine()}, "
         f"{psutil.cpu_count(logical=True)} logical cores"
     )
-    lines.append(f"- RAM: {memory.total / 2**30:.1f} GiB ({memory.available / 2**30:.1f} GiB free)")
-    lines.append(f"- GPUs: {_gpus()}")
+    info["RAM"] = f"{memory.total / 2**30:.1f} GiB ({memory.available / 2**30:.1f} GiB free)"
+    info["GPUs"] = _gpus()
+    info[accelerate_alias.STATUS_LABEL] = accelerate_alias.status()
     path = config_file or str(default_config_file())
     try:
-        config = load_config(path)
-        dumped = yaml.safe_dump(config, sort_keys=False).rstrip().replace("\n", "\n  ")
-        lines.append(f"- config file ({path}):\n  {dumped}")
+        info[f"config file ({path})"] = load_config(path)
     except ConfigError as error:
-        lines.append(f"- config file: {error}")
+        info["config file"] = str(error)
+    return info
+
+
+def format_report(info: dict[str, Any]) -> str:
+    """The text ``accel env`` prints for what :func:`collect` found."""
+    import yaml
+
+    lines = ["Copy-and-paste the text below in your bug report.", ""]
+    for label, value in info.items():
+        if isinstance(value, dict):
+            dumped = yaml.safe_dump(value, sort_keys=False).rstrip().replace("\n", "\n  ")
+            lines.append(f"- {label}:\n  {dumped}")
+        else:
+            lines.append(f"- {label}: {value}")
     return "\n".join(lines)
+
+
+def report(config_file: str | None = None) -> str:
+    """The text ``accel env`` prints."""
+    return format_report(collect(config_file))
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the report."""
     print(report(args.config_file))
     return 0
+
+
+def env_command(args: argparse.Namespace) -> dict[str, Any]:
+    """Print the report for ``args.config_file`` and return what it shows, by label
+    (Accelerate's ``env_command``, which returns its ``info`` dictionary the same way)."""
+    info = collect(getattr(args, "config_file", None))
+    print(format_report(info))
+    return info

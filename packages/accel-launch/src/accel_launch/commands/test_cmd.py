@@ -5,7 +5,8 @@
 how many processes that is and why, and launches :mod:`accel_launch.selfcheck` (its
 ``__main__.py``, by path) with that number as the world size to expect: a launch that starts
 another number of processes fails the check. The exit code is the self-check's: 0 when every
-check passed, 1 when one failed (2 for a config error).
+check passed, 1 when one failed (2 for a config error). :func:`test_command_parser` and
+:func:`test_command` are Accelerate's names for the same (``accelerate.commands.test``).
 """
 
 from __future__ import annotations
@@ -17,16 +18,34 @@ from typing import Any
 
 from accel_launch.commands import add_config_file_argument
 
+_HELP = "Check that distributed training works with the config."
+_DESCRIPTION = (
+    "Launch a short self-check with the config (through `accel launch`): the process group, each "
+    "collective, and a few training steps when accel-core is installed. Prints one line per check."
+)
+
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel test``."""
-    parser = commands.add_parser(
-        "test",
-        help="Check that distributed training works with the config.",
-        description="Launch a short self-check with the config (through `accel launch`): the "
-        "process group, each collective, and a few training steps when accel-core is installed. "
-        "Prints one line per check.",
-    )
+    parser = commands.add_parser("test", help=_HELP, description=_DESCRIPTION)
+    _add_arguments(parser)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
+    """The ``test`` parser (Accelerate's ``accelerate.commands.test``): registered on
+    ``subparsers`` when given, else standalone; its ``func`` default is :func:`test_command`."""
+    if subparsers is not None:
+        parser = add_parser(subparsers)
+    else:
+        parser = argparse.ArgumentParser(prog="accel test", description=_DESCRIPTION)
+        _add_arguments(parser)
+    parser.set_defaults(func=test_command)
+    return parser
+
+
+def _add_arguments(parser: argparse.ArgumentParser) -> None:
     add_config_file_argument(parser, "Config file to test (default: the default location).")
     parser.add_argument(
         "--num_processes",
@@ -36,8 +55,6 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         default=None,
         help="Override the number of processes of the config.",
     )
-    parser.set_defaults(run=run)
-    return parser
 
 
 def selfcheck_script() -> str:
@@ -55,15 +72,16 @@ def selfcheck_script() -> str:
     raise FileNotFoundError("accel_launch/selfcheck/__main__.py is missing: reinstall accel-launch")
 
 
-def run(args: argparse.Namespace) -> int:
-    """Resolve the launch as ``accel launch`` would, then start the self-check with it."""
+def selfcheck_launch(args: argparse.Namespace) -> argparse.Namespace:
+    """The ``accel launch`` arguments of the self-check, resolved as ``accel launch`` would;
+    says on stdout how many processes it starts and why."""
     from accel_launch.cli import build_parser
     from accel_launch.commands.launch_cmd import load_plan
 
     argv = ["launch", "--quiet"]
-    if args.config_file:
+    if getattr(args, "config_file", None):
         argv += ["--config_file", args.config_file]
-    if args.num_processes is not None:
+    if getattr(args, "num_processes", None) is not None:
         argv += ["--num_processes", str(args.num_processes)]
     launch_args = build_parser().parse_args([*argv, selfcheck_script()])
     plan = load_plan(launch_args)
@@ -72,4 +90,30 @@ def run(args: argparse.Namespace) -> int:
     launch_args.training_script_args = ["--world-size", str(world), "--asked-by", asked_by]
     noun = "process" if world == 1 else "processes"
     print(f"accel test: running the self-check on {world} {noun} ({asked_by}) ...", flush=True)
+    return launch_args
+
+
+def run(args: argparse.Namespace) -> int:
+    """``accel test``: resolve the launch as ``accel launch`` would, then start the self-check."""
+    launch_args = selfcheck_launch(args)
     return int(launch_args.run(launch_args))
+
+
+def test_command(args: argparse.Namespace) -> None:
+    """Run the self-check as ``args`` say and return (Accelerate's ``test_command``); the
+    self-check prints one line per check and a last line saying that all passed.
+
+    The caller goes on afterwards (the launch runs through
+    :func:`~accel_launch.commands.launch_cmd.launch_command`). A failed check raises
+    ``RuntimeError`` naming the exit code, as Accelerate's does.
+    """
+    from accel_launch.commands.launch_cmd import launch_command
+
+    launch_args = selfcheck_launch(args)
+    try:
+        launch_command(launch_args)
+    except SystemExit as failed:  # --quiet: the job's exit code
+        raise RuntimeError(
+            f"accel test failed with exit code {failed.code} (config file: "
+            f"{getattr(args, 'config_file', None) or 'the default'})"
+        ) from None

@@ -48,12 +48,10 @@ def default_config_file() -> Path:
     return Path(base) / "accel" / "default_config.yaml"
 
 
-def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and check a config file; returns its keys in canonical form.
+def read_config_data(path: str | os.PathLike[str]) -> Any:
+    """The data of a config file as written (YAML, or JSON by suffix), not checked.
 
-    Files written by Hugging Face Accelerate's ``accelerate config`` load as they are. Raises
-    :class:`~accel_launch.errors.ConfigError` for a missing file, bad YAML, an unknown key (naming
-    the nearest valid one) or a value that is not allowed.
+    Raises :class:`~accel_launch.errors.ConfigError` for a missing file or bad YAML/JSON.
     """
     import yaml
 
@@ -65,10 +63,19 @@ def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
         )
     text = file.read_text(encoding="utf-8")
     try:
-        data = json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
+        return json.loads(text) if file.suffix == ".json" else yaml.safe_load(text)
     except (yaml.YAMLError, json.JSONDecodeError) as error:
         raise ConfigError(f"config file {str(file)!r} is not valid YAML/JSON: {error}") from None
-    return validate(data, where=str(file))
+
+
+def load_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and check a config file; returns its keys in canonical form.
+
+    Files written by Hugging Face Accelerate's ``accelerate config`` load as they are. Raises
+    :class:`~accel_launch.errors.ConfigError` for a missing file, bad YAML, an unknown key (naming
+    the nearest valid one) or a value that is not allowed.
+    """
+    return validate(read_config_data(path), where=str(Path(path)))
 
 
 def _ordered(config: dict[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 
 from accel_launch.errors import AccelLaunchError
 from accel_launch.launch import hang_report
@@ -118,7 +119,10 @@ def run_elastic(
     ranks = range(first_rank, first_rank + plan.nproc_per_node)
     monitor = hang_report.HangMonitor(folder, ranks, float(plan["hang_report_after"]))
     monitor.start()
-    previous = signal.signal(signal.SIGUSR1, lambda *_: monitor.report("SIGUSR1 received"))
+    # signal handlers can only be set from the main thread (launch_command may run elsewhere)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        previous = signal.signal(signal.SIGUSR1, lambda *_: monitor.report("SIGUSR1 received"))
     try:
         elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as error:
@@ -140,7 +144,8 @@ def run_elastic(
         return 128 + int(error.sigval)
     finally:
         monitor.stop()
-        signal.signal(signal.SIGUSR1, previous)
+        if in_main_thread:
+            signal.signal(signal.SIGUSR1, previous)
     if not keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something failed
     return 0

@@ -38,6 +38,7 @@ GROUPS = {
     "fsdp": "FSDP (with --use_fsdp; passed in ACCEL_STRATEGY_CONFIG)",
     "xla": "XLA (with --use_xla)",
     "output": "Output and logs",
+    "compat": "Hugging Face Accelerate compatibility",
 }
 
 
@@ -333,6 +334,15 @@ OPTIONS: tuple[Option, ...] = (
         "output",
         "Keep each worker's output and error file in this folder (default: a temporary folder, "
         "deleted when the job succeeds).",
+    ),
+    _O(
+        "as_accelerate",
+        "compat",
+        "Make `import accelerate` load accel in the workers (accel-kit must be installed there), "
+        "for libraries that import accelerate by name: the workers get ACCEL_AS_ACCELERATE=1 and "
+        "ACCEL_AS_ACCELERATE_ORIGIN.",
+        "flag",
+        default=False,
     ),
 )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from accel_launch import accelerate_alias
 from accel_launch.errors import AccelLaunchError
 from accel_launch.launch.deepspeed_settings import sources_variable
 from accel_launch.launch.ports import free_port, is_port_in_use
@@ -47,6 +48,8 @@ def accel_environment(plan: LaunchPlan) -> dict[str, str]:
     gpu_ids = plan["gpu_ids"]
     if gpu_ids not in (None, "", "all") and not plan["cpu"]:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_ids)
+    if plan["as_accelerate"]:
+        env.update(accelerate_alias.worker_variables())
     return env
 
 
