@@ -17,7 +17,7 @@ Accelerate 1.15 writes no ``sampler.bin`` for a map-style dataset (only for an
 ``IterableDatasetShard``), so its job pickles the loader's ``SeedableRandomSampler`` the way
 ``save_accelerator_state`` does and the test puts it into ``second``: our ``load_state`` must take
 its epoch and seed from it without importing ``accelerate``. No scaler: neither library makes a
-``GradScaler`` on CPU (both refuse ``mixed_precision="fp16"`` there).
+``GradScaler`` on CPU (both train ``mixed_precision="fp16"`` in fp32 there).
 
 Accelerate runs in its own interpreter, named by ``ACCEL_TEST_HF_PYTHON`` (``nox -s integration``
 builds one and sets it); without it the tests skip.

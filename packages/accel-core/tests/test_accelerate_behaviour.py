@@ -536,3 +536,13 @@ def test_a_reset_state_is_named_in_accelerate_words():
     message = str(error.value)
     assert "`AcceleratorState` object has no attribute" in message
     assert "This happens if `AcceleratorState._reset_state()`" in message
+
+
+def test_an_accelerator_after_partial_state_reset_joins_again_as_in_accelerate():
+    from accel_ops import PartialState
+
+    first = Accelerator()
+    PartialState._reset_state()  # what third-party test suites do between tests
+    second = Accelerator()
+    assert (second.num_processes, second.process_index, second.device) == (1, 0, first.device)
+    assert PartialState().initialized and second.state.initialized

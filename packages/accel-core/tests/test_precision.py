@@ -1,4 +1,5 @@
-"""Mixed precision: bf16 autocast on CPU, fp16 refused on CPU, the forward wrapper, the scaler."""
+"""Mixed precision: bf16 autocast on CPU, fp16 on CPU in fp32 as Accelerate, the forward wrapper,
+the scaler."""
 
 from __future__ import annotations
 
@@ -68,9 +69,31 @@ def test_get_state_dict_and_save_state_keep_the_model_in_bf16(tmp_path):
     assert torch.equal(model(x), expected)  # still under autocast, as in Accelerate
 
 
-def test_fp16_on_cpu_is_a_clear_error():
-    with pytest.raises(ValueError, match=r"needs a GPU.*mixed_precision='bf16'"):
-        Accelerator(mixed_precision="fp16")
+def test_fp16_on_cpu_trains_in_fp32_with_one_warning_as_accelerate():
+    # a GPU config smoke-tested on a laptop runs there, as under Accelerate
+    with pytest.warns(UserWarning, match=r"fp16' on CPU.*full precision \(fp32\).*'bf16'") as seen:
+        accelerator = Accelerator(mixed_precision="fp16")
+    assert len([w for w in seen if "fp16' on CPU" in str(w.message)]) == 1
+    assert accelerator.mixed_precision == accelerator.state.mixed_precision == "fp16"
+    assert not accelerator.native_amp and accelerator.scaler is None
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    reference = torch.nn.Linear(4, 2)
+    reference.load_state_dict(model.state_dict())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    inputs = torch.randn(3, 4)
+    with accelerator.autocast():
+        loss = model(inputs).pow(2).sum()
+    assert loss.dtype == torch.float32
+    accelerator.backward(loss)
+    optimizer.step()
+    reference_loss = reference(inputs).pow(2).sum()
+    reference_loss.backward()
+    torch.optim.SGD(reference.parameters(), lr=0.1).step()
+    assert torch.equal(loss, reference_loss)
+    for ours, theirs in zip(model.parameters(), reference.parameters(), strict=True):
+        assert torch.equal(ours, theirs)
 
 
 def test_unknown_precision_lists_the_choices():

@@ -73,8 +73,9 @@ class Accelerator(
     Args:
         device_placement: move prepared models and batches to ``accelerator.device``.
         split_batches: deprecated spelling of ``DataLoaderConfiguration(split_batches=...)``.
-        mixed_precision: ``"no"``, ``"fp16"`` (needs a GPU) or ``"bf16"``; default from
-            ``ACCEL_MIXED_PRECISION``, else ``"no"``.
+        mixed_precision: ``"no"``, ``"fp16"`` (on a GPU; on a CPU it computes in fp32 with a
+            warning, as in Accelerate) or ``"bf16"``; default from ``ACCEL_MIXED_PRECISION``,
+            else ``"no"``.
         gradient_accumulation_steps: batches per optimizer step (>= 1); default from
             ``ACCEL_GRADIENT_ACCUMULATION_STEPS``, else 1.
         cpu: run on CPU even if an accelerator is present (also ``ACCEL_USE_CPU``).

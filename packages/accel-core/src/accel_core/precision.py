@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,20 +35,22 @@ def check_mixed_precision(value: object, device: torch.device) -> str:
             f"mixed_precision={value!r} is not supported; choose one of "
             f"{', '.join(map(repr, MIXED_PRECISION_CHOICES))} (fp8 is out of scope)."
         )
-    if text == "fp16" and device.type == "cpu":
-        raise ValueError(
-            "mixed_precision='fp16' needs a GPU: fp16 training scales the loss with a CUDA "
-            f"gradient scaler, and this process runs on {device}. Use mixed_precision='bf16' "
-            "on CPU, or mixed_precision='no'."
-        )
     return text
+
+
+def runs_in_full_precision(mixed_precision: str, device_type: str) -> bool:
+    """Whether ``mixed_precision`` computes in fp32 on ``device_type``: ``"no"``, and ``"fp16"``
+    on a CPU, which Accelerate runs without autocast or scaler (a CPU smoke test of a GPU
+    config); :class:`Precision` warns about the latter once."""
+    return mixed_precision not in _DTYPES or (mixed_precision == "fp16" and device_type == "cpu")
 
 
 def autocast_context(
     mixed_precision: str, device_type: str, autocast_kwargs: dict[str, Any] | None = None
 ) -> contextlib.AbstractContextManager[Any]:
-    """The autocast context for a precision mode on a device type (a null context for ``"no"``)."""
-    if mixed_precision not in _DTYPES:
+    """The autocast context for a precision mode on a device type (a null context for ``"no"``,
+    and for ``"fp16"`` on a CPU, as in Accelerate)."""
+    if runs_in_full_precision(mixed_precision, device_type):
         return contextlib.nullcontext()
     return torch.autocast(
         device_type=device_type, dtype=_DTYPES[mixed_precision], **(autocast_kwargs or {})
@@ -117,15 +120,23 @@ class Precision:
         self.device_type = device.type
         self.autocast_handler = autocast_handler
         self.scaler: torch.amp.GradScaler | None = None
-        if self.mode == "fp16":
+        if self.mode == "fp16" and device.type == "cpu":
+            warnings.warn(
+                "mixed_precision='fp16' on CPU: fp16 training needs a GPU (its gradient scaler "
+                "is CUDA's), so this run computes in full precision (fp32) without a scaler, as "
+                "Accelerate does. For mixed precision on CPU use mixed_precision='bf16'.",
+                UserWarning,
+                stacklevel=2,
+            )
+        elif self.mode == "fp16":
             scaler_kwargs = scaler_handler.to_kwargs() if scaler_handler is not None else {}
             factory = scaler_factory or torch.amp.GradScaler
             self.scaler = factory(self.device_type, **scaler_kwargs)
 
     @property
     def native_amp(self) -> bool:
-        """Whether autocast is on (fp16 or bf16)."""
-        return self.mode in _DTYPES
+        """Whether autocast is on (bf16, or fp16 on an accelerator)."""
+        return not runs_in_full_precision(self.mode, self.device_type)
 
     def autocast(
         self, autocast_handler: AutocastKwargs | None = None

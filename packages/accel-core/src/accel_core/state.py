@@ -52,6 +52,10 @@ class AcceleratorState:
     ) -> None:
         self.__dict__ = self._shared_state
         if self.initialized:
+            if not self.partial.initialized:
+                # PartialState._reset_state() ran since (third-party test suites call it between
+                # tests): join again, as Accelerate does; the kept instance shares the new state
+                PartialState(cpu=cpu, **kwargs)
             self._check_unchanged(mixed_precision)
             return
 
