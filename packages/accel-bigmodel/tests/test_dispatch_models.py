@@ -165,3 +165,20 @@ def test_single_file_and_index_path(tmp_path):
     index = tmp_path / "sharded" / "model.safetensors.index.json"
     again = load_checkpoint_and_dispatch(_build("llama", empty=True), index, device_map="auto")
     assert torch.equal(_output(again, ids), expected)
+
+
+def test_an_index_without_weight_map_loads_as_in_accelerate(tmp_path):
+    import json
+
+    from accel_bigmodel import load_checkpoint_in_model
+
+    model = _build("llama")
+    ids = torch.randint(0, 128, (1, 8))
+    expected = _output(model, ids)
+    save_sharded(unique_state_dict(model), tmp_path, 20_000)
+    index = tmp_path / "model.safetensors.index.json"
+    bare = json.loads(index.read_text())["weight_map"]  # the bare name -> file mapping
+    index.write_text(json.dumps(bare))
+    empty = _build("llama", empty=True)
+    load_checkpoint_in_model(empty, index, device_map={"": "cpu"})
+    assert torch.equal(_output(empty, ids), expected)

@@ -163,3 +163,20 @@ def test_include_buffers_environment_value_must_be_a_boolean(monkeypatch):
     invalid = pytest.raises(ValueError, match="ACCEL_INIT_INCLUDE_BUFFERS='sometimes'")
     with invalid, init_empty_weights():
         pass
+
+
+def test_include_buffers_enters_the_meta_device_and_patches_nothing():
+    import threading
+
+    register_parameter = nn.Module.register_parameter
+    register_buffer = nn.Module.register_buffer
+    elsewhere: list[torch.device] = []
+    with init_empty_weights(include_buffers=True):
+        assert nn.Module.register_parameter is register_parameter
+        assert nn.Module.register_buffer is register_buffer
+        model = nn.BatchNorm1d(4)
+        thread = threading.Thread(target=lambda: elsewhere.append(nn.Linear(2, 2).weight.device))
+        thread.start()
+        thread.join()
+    assert model.weight.is_meta and model.running_mean.is_meta
+    assert elsewhere == [torch.device("cpu")]  # another thread builds as usual

@@ -36,13 +36,17 @@ class CheckpointFiles:
 def _from_index(index_file: Path) -> CheckpointFiles:
     try:
         index = json.loads(index_file.read_text())
-        weight_map = index["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError
-    except (OSError, json.JSONDecodeError, KeyError, TypeError) as error:
+        # {"weight_map": {name: shard}}, or the bare {name: shard} mapping (Accelerate reads both)
+        weight_map = index.get("weight_map", index) if isinstance(index, dict) else index
+        if not isinstance(weight_map, dict) or not all(
+            isinstance(shard, str) for shard in weight_map.values()
+        ):
+            raise TypeError("not a mapping of tensor names to shard file names")
+    except (OSError, json.JSONDecodeError, TypeError) as error:
         raise CheckpointError(
             f"{index_file} is not a checkpoint index: expected JSON with a 'weight_map' object "
-            f"mapping tensor names to shard files ({type(error).__name__}: {error})"
+            f"(or the bare object) mapping tensor names to shard files "
+            f"({type(error).__name__}: {error})"
         ) from None
     folder = index_file.parent
     resolved = {key: folder / shard for key, shard in weight_map.items()}

@@ -1,7 +1,9 @@
 """Build any model on the meta device (or another) without allocating or initialising weights.
 
-``init_empty_weights`` patches ``nn.Module.register_parameter`` (and ``register_buffer`` when asked)
-so every new parameter is moved to the meta device as soon as it is registered, and activates a
+``init_empty_weights`` patches ``nn.Module.register_parameter`` so every new parameter is moved to
+the meta device as soon as it is registered (with ``include_buffers=True`` it only enters torch's
+``torch.device("meta")`` context instead, which places buffers too and patches nothing, as
+Accelerate does on torch >= 2), and activates a
 ``TorchFunctionMode`` that turns weight-initialisation calls on meta tensors (``torch.nn.init.*``,
 ``Tensor.normal_``, ``uniform_``, ``fill_``, ...) into no-ops. Initialising a meta tensor computes
 nothing, but torch routes it through its Python reference implementations, which costs about a
@@ -120,8 +122,16 @@ def init_on_device(
     device = torch.device(device)
     if include_buffers is None:
         include_buffers = include_buffers_default()
+    if include_buffers:
+        # torch's device context places every new parameter and buffer, in this thread only:
+        # nothing of nn.Module is patched (other threads and libraries see no change)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(device)
+            if device.type == "meta":
+                stack.enter_context(_SkipMetaInit())
+            yield
+        return
     original_register_parameter = nn.Module.register_parameter
-    original_register_buffer = nn.Module.register_buffer
 
     def register_parameter(module: nn.Module, name: str, param: nn.Parameter | None) -> None:
         original_register_parameter(module, name, param)
@@ -135,23 +145,11 @@ def init_on_device(
             else:
                 module._parameters[name] = param_cls(moved, **kwargs)
 
-    def register_buffer(
-        module: nn.Module, name: str, tensor: torch.Tensor | None, persistent: bool = True
-    ) -> None:
-        original_register_buffer(module, name, tensor, persistent=persistent)
-        if tensor is not None and module._buffers[name].device != device:
-            module._buffers[name] = module._buffers[name].to(device)
-
     with contextlib.ExitStack() as stack:
         nn.Module.register_parameter = register_parameter  # type: ignore[method-assign]
-        if include_buffers:
-            nn.Module.register_buffer = register_buffer  # type: ignore[method-assign]
         try:
-            if include_buffers:
-                stack.enter_context(device)
             if device.type == "meta":
                 stack.enter_context(_SkipMetaInit())
             yield
         finally:
             nn.Module.register_parameter = original_register_parameter  # type: ignore[method-assign]
-            nn.Module.register_buffer = original_register_buffer  # type: ignore[method-assign]
