@@ -79,6 +79,7 @@ def test_every_field_round_trips_from_the_launcher_to_the_workers(tmp_path):
         "num_machines": 1,
         "config_file": str(config),
         "hang_report_dir": str(tmp_path / "logs" / "inflight"),
+        "torch_device": None,  # set by hand only (ACCEL_TORCH_DEVICE / ACCELERATE_TORCH_DEVICE)
     }
     expected = [{**common, "rank": rank, "local_rank": rank} for rank in (0, 1)]
     assert seen == expected

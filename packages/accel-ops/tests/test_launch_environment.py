@@ -3,6 +3,7 @@
 import pickle
 
 import pytest
+import torch
 
 from accel_ops import LaunchEnvironment, LaunchEnvironmentError, PartialState
 
@@ -130,3 +131,16 @@ def test_missing_master_port_is_explained(monkeypatch):
     monkeypatch.delenv("MASTER_PORT", raising=False)
     with pytest.raises(LaunchEnvironmentError, match=r"MASTER_PORT is not set but WORLD_SIZE=2"):
         PartialState()
+
+
+def test_the_torch_device_variable_sets_the_process_device(monkeypatch):
+    assert LaunchEnvironment.from_environ({"ACCEL_TORCH_DEVICE": "cuda"}).torch_device == "cuda"
+    read = LaunchEnvironment.from_environ({"ACCELERATE_TORCH_DEVICE": "meta"})  # Accelerate's
+    assert read.torch_device == "meta"
+    with pytest.raises(
+        LaunchEnvironmentError, match=r"ACCELERATE_TORCH_DEVICE='gpu0'.*torch device"
+    ):
+        LaunchEnvironment.from_environ({"ACCELERATE_TORCH_DEVICE": "gpu0"})
+    monkeypatch.setenv("ACCELERATE_TORCH_DEVICE", "meta")
+    PartialState._reset_state()
+    assert PartialState().device == torch.device("meta")

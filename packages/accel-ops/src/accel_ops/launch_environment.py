@@ -68,6 +68,7 @@ class LaunchEnvironment:
     num_machines: int = 1
     config_file: str | None = None
     hang_report_dir: str | None = None
+    torch_device: str | None = None
 
     def __reduce__(self) -> tuple[Callable[[dict[str, Any]], LaunchEnvironment], tuple[Any]]:
         # A read-only mapping can't be pickled; a pickled state (``torch.save`` of transformers'
@@ -133,6 +134,7 @@ class LaunchEnvironment:
             num_machines=_read(env, "ACCEL_NUM_MACHINES", _int_at_least(1), 1),
             config_file=_read(env, "ACCEL_CONFIG_FILE", _optional_name, None),
             hang_report_dir=_read(env, "ACCEL_HANG_REPORT_DIR", _optional_name, None),
+            torch_device=_read(env, "ACCEL_TORCH_DEVICE", _torch_device, None),
         )
 
 
@@ -220,6 +222,18 @@ def _dynamo_backend(text: str) -> str:
 
 
 DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def _torch_device(text: str) -> str | None:
+    value = text.strip()
+    if not value:
+        return None
+    import torch
+
+    try:
+        return str(torch.device(value))
+    except (RuntimeError, ValueError):
+        raise ValueError("a torch device such as 'cpu', 'cuda' or 'cuda:1'") from None
 
 
 def _dynamo_mode(text: str) -> str:

@@ -45,8 +45,16 @@ def as_timedelta(timeout: timedelta | float | int | None, default_seconds: float
     return timedelta(seconds=seconds)
 
 
-def choose_device(cpu: bool, local_rank: int, num_processes: int) -> torch.device:
-    """CPU when asked or when nothing else exists; else this process's CUDA device, else MPS."""
+def choose_device(
+    cpu: bool, local_rank: int, num_processes: int, chosen: str | None = None
+) -> torch.device:
+    """``chosen`` when given (``ACCEL_TORCH_DEVICE``, Accelerate's ``ACCELERATE_TORCH_DEVICE``);
+    else CPU when asked or when nothing else exists; else this process's CUDA device, else MPS."""
+    if chosen is not None:
+        device = torch.device(chosen)
+        if device.type == "cuda" and device.index is not None:
+            torch.cuda.set_device(device)
+        return device
     if cpu:
         return torch.device("cpu")
     if torch.cuda.is_available():
@@ -82,7 +90,7 @@ def place_process(
         rank = dist.get_rank()
         # Without a launcher's LOCAL_RANK, assume one machine: the local rank is the rank.
         local_rank = env.local_rank if "LOCAL_RANK" in os.environ else rank
-        device = choose_device(cpu, local_rank, num_processes)
+        device = choose_device(cpu, local_rank, num_processes, env.torch_device)
         return ProcessPlacement(
             backend=str(dist.get_backend()),
             distributed_type=_distributed_type(device, num_processes),
@@ -92,7 +100,7 @@ def place_process(
             device=device,
             created_group=False,
         )
-    device = choose_device(cpu, env.local_rank, env.world_size)
+    device = choose_device(cpu, env.local_rank, env.world_size, env.torch_device)
     if env.world_size == 1:
         return ProcessPlacement(None, DistributedType.NO, 1, 0, 0, device, False)
     if not dist.is_available():
