@@ -546,3 +546,41 @@ def test_an_accelerator_after_partial_state_reset_joins_again_as_in_accelerate()
     second = Accelerator()
     assert (second.num_processes, second.process_index, second.device) == (1, 0, first.device)
     assert PartialState().initialized and second.state.initialized
+
+
+@pytest.mark.parametrize(
+    ("device_map", "refused"),
+    [
+        ({"": "cpu"}, ["cpu"]),  # no bitsandbytes multi-backend here
+        ({"0": 0, "1": "disk"}, ["disk"]),
+        ({"0": 0}, None),
+    ],
+)
+def test_a_quantized_model_with_cpu_or_disk_entries_is_refused_as_in_accelerate(
+    device_map, refused
+):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    model.is_loaded_in_8bit = True
+    model.hf_device_map = device_map
+    accelerator = Accelerator()
+    if refused is None:
+        accelerator.prepare(model)
+        return
+    with pytest.raises(
+        ValueError,
+        match=r"^You can't train a model that has been loaded in 8-bit or 4-bit precision with CPU"
+        rf" or disk offload: its hf_device_map sends blocks to \['{refused[0]}'\]",
+    ):
+        accelerator.prepare(model)
+    assert accelerator._models == []
+
+
+def test_a_quantized_model_on_several_devices_is_refused_with_several_processes():
+    from accel_core.quantized_placement import check_quantized_placement
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    model.is_loaded_in_4bit = True
+    model.hf_device_map = {"0": 0, "1": 1}
+    check_quantized_placement(model, 1)  # one process may use several GPUs
+    with pytest.raises(ValueError, match=r"^You can't train a model .* in any distributed mode"):
+        check_quantized_placement(model, 2)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader
 
+from accel_core.quantized_placement import check_quantized_placement
+
 if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
     from accel_core.configuration import TorchDynamoPlugin
@@ -87,6 +89,7 @@ def prepare_all(
         ):
             continue
         if kind == "model":
+            check_quantized_placement(obj, accelerator.num_processes)
             if len(dispatched_devices(obj)) > 1:
                 placed = False  # accel-bigmodel placed it across devices already
             accelerator.precision.wrap_forward(obj)
