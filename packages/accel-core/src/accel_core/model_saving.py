@@ -95,8 +95,10 @@ def save_model(
     limit = parse_size(max_shard_size)
     weights_format = SAFETENSORS if safe_serialization else PICKLE
     unwrapped = accelerator.unwrap_model(model)
-    _refuse_meta(_named_tensors(unwrapped))
-    state_dict = accelerator.get_state_dict(model)
+    state_dict = _offloaded_state_dict(unwrapped)
+    if state_dict is None:
+        _refuse_meta(_named_tensors(unwrapped))
+        state_dict = accelerator.get_state_dict(model)
     if accelerator.project_configuration.save_on_each_node:
         writes = accelerator.is_local_main_process
     else:
@@ -139,6 +141,22 @@ def write_checkpoint(
     return plan
 
 
+def _offloaded_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
+    """The full weights of a model whose blocks accel-bigmodel offloaded to the CPU or disk (its
+    hooks bring each block in, in turn, as Accelerate's ``get_state_dict_offloaded_model``);
+    None for any other model. A model carries such hooks (``_hf_hook``) only when accel-bigmodel
+    dispatched it, so accel-bigmodel is imported only then."""
+    if not any(getattr(module, "_hf_hook", None) is not None for module in model.modules()):
+        return None
+    try:
+        from accel_bigmodel import get_state_dict_offloaded_model, has_offloaded_params
+    except ImportError:  # hooks of another library: saved as they are, meta check included
+        return None
+    if not any(has_offloaded_params(module) for module in model.modules()):
+        return None
+    return get_state_dict_offloaded_model(model)
+
+
 def _named_tensors(model: torch.nn.Module) -> Iterable[tuple[str, torch.Tensor]]:
     yield from model.named_parameters(remove_duplicate=False)
     yield from model.named_buffers(remove_duplicate=False)
@@ -152,9 +170,7 @@ def _refuse_meta(named: Iterable[tuple[str, Any]]) -> None:
         raise RuntimeError(
             f"cannot save the model: {len(on_meta)} tensors are on the meta device and hold no "
             f"values ({shown}). This happens to a model built under init_empty_weights that was "
-            f"never loaded, or whose weights accel-bigmodel offloaded to the CPU or disk (saving "
-            f"offloaded models is not supported): load the weights (load_checkpoint_and_dispatch "
-            f"with every module on a device) before saving."
+            f"never loaded: load the weights (load_checkpoint_and_dispatch) before saving."
         )
 
 
