@@ -171,3 +171,18 @@ def test_a_map_with_a_name_that_is_no_module_loads_and_runs_as_in_accelerate(tmp
     inputs = torch.randn(3, 4)
     assert torch.equal(loaded(inputs), model(inputs))
     assert loaded.hf_device_map == {"0": "cpu", "1": "disk"}
+
+
+def test_a_device_that_gets_nothing_is_logged_with_accelerates_words(caplog):
+    import logging
+
+    model = _model()
+    with caplog.at_level(logging.INFO, logger="accel_bigmodel"):
+        device_map = infer_auto_device_map(model, {0: 50, "cpu": 10_000})
+    assert set(device_map.values()) == {"cpu"}
+    [record] = [r for r in caplog.records if "insufficient memory" in r.msg]
+    assert record.msg.startswith(
+        "Based on the current allocation process, no modules could be assigned to the following "
+        "devices due to insufficient memory:\n  - 0: "
+    )
+    assert record.args in ((), None)

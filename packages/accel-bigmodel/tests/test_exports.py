@@ -86,3 +86,17 @@ def test_tensor_information_is_accel_ops_class():
     assert accel_bigmodel.TensorInformation is accel_ops.TensorInformation
     info = accel_bigmodel.TensorInformation(shape=torch.Size([2, 3]), dtype=torch.float16)
     assert (info.shape, info.dtype) == (torch.Size([2, 3]), torch.float16)
+
+
+def test_set_module_tensor_to_device_refuses_another_shape_with_accelerates_words():
+    from accel_bigmodel import set_module_tensor_to_device
+
+    module = torch.nn.Linear(3, 2)
+    before = module.weight.detach().clone()
+    with pytest.raises(
+        ValueError,
+        match=r'^Trying to set a tensor of shape torch.Size\(\[3, 3\]\) in "weight" \(which has '
+        r"shape torch.Size\(\[2, 3\]\)\), this looks incorrect",
+    ):
+        set_module_tensor_to_device(module, "weight", "cpu", value=torch.zeros(3, 3))
+    assert torch.equal(module.weight, before)

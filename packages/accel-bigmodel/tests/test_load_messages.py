@@ -41,6 +41,17 @@ def test_warning_with_strict_false_does_not_advise_strict_false(tmp_path, caplog
     assert "strict=False" not in message
 
 
+def test_the_warning_starts_with_accelerates_words(tmp_path, caplog):
+    path = _extra_name_checkpoint(tmp_path)
+    with caplog.at_level(logging.WARNING, logger="accel_bigmodel"):
+        load_checkpoint_in_model(empty_seq_model(), path, strict=False)
+    [record] = [r for r in caplog.records if "were not used" in r.getMessage()]
+    assert record.msg.startswith(  # the record's msg is the message itself, as Accelerate's
+        f"Some weights of the model checkpoint at {path} were not used when initializing "
+        "Sequential: ['extra.bias']. the checkpoint"
+    )
+
+
 def test_strict_error_advises_strict_false(tmp_path):
     path = _extra_name_checkpoint(tmp_path)
     with pytest.raises(CheckpointError, match=r"pass strict=False to load the names that match"):

@@ -175,12 +175,17 @@ def test_iterable_shard_set_epoch_reaches_the_dataset():
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda s: BatchSamplerShard(s, 3, 0, split_batches=True), "multiple of num_processes"),
+        (
+            lambda s: BatchSamplerShard(s, 3, 0, split_batches=True),
+            r"^To use `BatchSamplerShard` in `split_batches` mode, the batch size \(16\) needs "
+            r"to be a round multiple of the number of processes \(3\)",
+        ),
         (lambda s: BatchSamplerShard(s, 2, 2), r"process_index must be in \[0, 1\]"),
         (lambda s: BatchSamplerShard(s, 0, 0), "num_processes must be an integer >= 1"),
         (
             lambda s: IterableDatasetShard(Stream(4), 16, num_processes=3, split_batches=True),
-            "got batch size 16 for 3 processes",
+            r"^To use `IterableDatasetShard` in `split_batches` mode, the batch size \(16\) "
+            r"needs to be a round multiple of the number of processes \(3\)",
         ),
     ],
 )
@@ -188,3 +193,21 @@ def test_errors(make, message):
     sampler = BatchSampler(SequentialSampler(range(82)), 16, False)
     with pytest.raises(ValueError, match=message):
         make(sampler)
+
+
+def test_prepare_data_loader_split_batches_error_has_accelerates_words():
+    from torch.utils.data import DataLoader
+
+    from accel_core.data_loader import prepare_data_loader
+
+    with pytest.raises(
+        ValueError,
+        match=r"^To use `split_batches`, the batch size \(3\) needs to be a round multiple of the "
+        r"number of processes \(2\)",
+    ):
+        prepare_data_loader(
+            DataLoader(list(range(12)), batch_size=3),
+            num_processes=2,
+            process_index=0,
+            split_batches=True,
+        )

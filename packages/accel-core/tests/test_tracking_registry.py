@@ -102,7 +102,10 @@ def test_unknown_name_fails_at_construction_listing_the_valid_ones():
 
 
 def test_tracker_that_needs_a_logging_directory_fails_at_construction():
-    with pytest.raises(ValueError, match=r"'jsonl' needs a logging directory.*project_dir"):
+    with pytest.raises(
+        ValueError,
+        match=r"^Logging with `jsonl` requires a `logging_dir` to be passed in.*project_dir",
+    ):
         Accelerator(log_with="jsonl")
 
 

@@ -81,7 +81,10 @@ def test_recursively_apply_frozen_dataclass():
 def test_error_on_other_type_names_type_and_path():
     data = {"batch": {"labels": [torch.tensor(1), torch.tensor(2), "oops"]}}
     with pytest.raises(
-        TypeError, match=r"Unsupported type str at data\['batch'\]\['labels'\]\[2\]"
+        TypeError,
+        match=r"^Unsupported types \(<class 'str'>\) passed to `<lambda>`\. Only nested "
+        r"list/tuple/dicts of objects that are valid for `is_torch_tensor` should be passed\. "
+        r"The str is at data\['batch'\]\['labels'\]\[2\]",
     ):
         recursively_apply(lambda t: t, data, error_on_other_type=True)
     with pytest.raises(TypeError, match=r"at data\[0\]\.name"):

@@ -197,8 +197,12 @@ class _Allocator:
             self.current += 1
             self.queue.insert(0, (name, unit))
         if self.left_empty:
-            needs = ", ".join(f"{d!r} needs {b} bytes" for d, b in self.left_empty.items())
-            logger.info("no module could be placed on some devices, too small for it: %s", needs)
+            needs = "\n".join(f"  - {d}: {b} bytes required" for d, b in self.left_empty.items())
+            logger.info(  # formatted, with Accelerate's words first, as its record is
+                "Based on the current allocation process, no modules could be assigned to the "
+                f"following devices due to insufficient memory:\n{needs}\nEach device is too "
+                "small for the next module: raise its max_memory to at least that much."
+            )
         return device_map
 
     def _place(

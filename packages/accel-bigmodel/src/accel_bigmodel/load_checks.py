@@ -117,7 +117,7 @@ def check_checkpoint(
             "cast to the model's floating dtype; integer and bool values are not converted to "
             "another kind. Save the checkpoint from this model, or convert those tensors first."
         )
-    _check_names(model_state, merged, checkpoint, tied, strict)
+    _check_names(model_state, merged, checkpoint, tied, strict, type(model).__name__)
 
 
 def _name(dtype: torch.dtype) -> str:
@@ -148,6 +148,7 @@ def _check_names(
     checkpoint: str | os.PathLike,
     tied: list[list[str]],
     strict: bool,
+    model_class: str,
 ) -> None:
     tied_with = {n: [m for m in g if m != n] for g in tied for n in g}
     missing = [
@@ -178,4 +179,12 @@ def _check_names(
         "Loading the names that match: names unknown to the model are skipped and the missing "
         "tensors keep their current values (strict=True makes this an error)."
     )
-    logger.warning(mismatch_message(checkpoint, missing, unexpected, model_keys, advice))
+    message = mismatch_message(checkpoint, missing, unexpected, model_keys, advice)
+    if unexpected:  # Accelerate's words first: what people search for
+        message = (
+            f"Some weights of the model checkpoint at {checkpoint} were not used when "
+            f"initializing {model_class}: {unexpected[:10]}"
+            + ("..." if len(unexpected) > 10 else "")
+            + f". {message}"
+        )
+    logger.warning(message)

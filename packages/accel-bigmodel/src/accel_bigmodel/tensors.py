@@ -59,15 +59,11 @@ def set_module_tensor_to_device(
             )
         new = old.to(device)
     else:
-        if old is not None and old.shape != value.shape and old.device.type != "meta":
-            raise ValueError(
-                f"cannot set {tensor_name!r}: the value has shape {tuple(value.shape)} but the "
-                f"module expects {tuple(old.shape)}"
-            )
-        if old is not None and old.device.type == "meta" and old.shape != value.shape:
-            raise ValueError(
-                f"cannot set {tensor_name!r}: the value has shape {tuple(value.shape)} but the "
-                f"module expects {tuple(old.shape)}"
+        if old is not None and old.shape != value.shape:
+            raise ValueError(  # Accelerate's words first
+                f'Trying to set a tensor of shape {value.shape} in "{tensor_name}" (which has '
+                f"shape {old.shape}), this looks incorrect: the module expects "
+                f"{tuple(old.shape)}; check that the checkpoint matches the model's configuration"
             )
         target = parse_dtype(dtype)
         if value.is_floating_point():

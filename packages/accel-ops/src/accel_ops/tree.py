@@ -158,10 +158,11 @@ def recursively_apply(
     except LeafTypeError as error:
         func_name = getattr(func, "__name__", repr(func))
         test_name = getattr(test_type, "__name__", repr(test_type))
-        raise TypeError(
-            f"Unsupported type {type(error.leaf).__qualname__} at {error.where('data')} passed to "
-            f"{func_name}: only lists, tuples, dicts, namedtuples and dataclasses of objects "
-            f"accepted by {test_name} can be passed."
+        raise TypeError(  # Accelerate's words first, then where the value sits
+            f"Unsupported types ({type(error.leaf)}) passed to `{func_name}`. Only nested "
+            f"list/tuple/dicts of objects that are valid for `{test_name}` should be passed. The "
+            f"{type(error.leaf).__qualname__} is at {error.where('data')} (namedtuples and "
+            "dataclasses are walked too)."
         ) from None
 
 

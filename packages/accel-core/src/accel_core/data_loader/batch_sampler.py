@@ -58,10 +58,11 @@ class BatchSamplerShard(BatchSampler):
         self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)
         self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
         if split_batches and (self.batch_size is None or self.batch_size % num_processes != 0):
-            raise ValueError(
-                f"BatchSamplerShard(split_batches=True) needs a batch size that is a multiple of "
-                f"num_processes: got batch size {self.batch_size} for {num_processes} processes. "
-                f"Use a batch size divisible by {num_processes}, or split_batches=False."
+            raise ValueError(  # Accelerate's words first
+                f"To use `BatchSamplerShard` in `split_batches` mode, the batch size "
+                f"({self.batch_size}) needs to be a round multiple of the number of processes "
+                f"({num_processes}). Use a batch size divisible by {num_processes}, or "
+                "split_batches=False."
             )
 
     @property

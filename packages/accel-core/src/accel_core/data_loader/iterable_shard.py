@@ -44,10 +44,11 @@ class IterableDatasetShard(IterableDataset):
     ) -> None:
         check_process_index(num_processes, process_index, "IterableDatasetShard")
         if split_batches and batch_size % num_processes != 0:
-            raise ValueError(
-                f"IterableDatasetShard(split_batches=True) needs a batch size that is a multiple "
-                f"of num_processes: got batch size {batch_size} for {num_processes} processes. "
-                f"Use a batch size divisible by {num_processes}, or split_batches=False."
+            raise ValueError(  # Accelerate's words first
+                f"To use `IterableDatasetShard` in `split_batches` mode, the batch size "
+                f"({batch_size}) needs to be a round multiple of the number of processes "
+                f"({num_processes}). Use a batch size divisible by {num_processes}, or "
+                "split_batches=False."
             )
         self.dataset = dataset
         self.batch_size = batch_size

@@ -134,10 +134,10 @@ def prepare_data_loader(
     if split_batches:
         size = _global_batch_size(dataloader)
         if size % num_processes != 0:
-            raise ValueError(
-                f"split_batches=True needs a batch size that is a multiple of the number of "
-                f"processes: got batch size {size} for {num_processes} processes. Use a batch "
-                f"size divisible by {num_processes}, or split_batches=False."
+            raise ValueError(  # Accelerate's words first
+                f"To use `split_batches`, the batch size ({size}) needs to be a round multiple of "
+                f"the number of processes ({num_processes}). Use a batch size divisible by "
+                f"{num_processes}, or split_batches=False."
             )
 
     batch_sampler_is_sampler = isinstance(dataloader.sampler, BatchSampler)

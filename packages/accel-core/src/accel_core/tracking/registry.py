@@ -286,8 +286,8 @@ def filter_trackers(
             raise _unknown(entry)
         if logging_dir is None and requires_logging_directory(key):
             raise ValueError(
-                f"log_with={key!r} needs a logging directory: pass Accelerator(project_dir=...) "
-                "or ProjectConfiguration(logging_dir=...)"
+                f"Logging with `{key}` requires a `logging_dir` to be passed in: pass "
+                "Accelerator(project_dir=...) or ProjectConfiguration(logging_dir=...)"
             )
         if key not in names:
             names.add(key)
