@@ -211,3 +211,29 @@ def test_prepare_data_loader_split_batches_error_has_accelerates_words():
             process_index=0,
             split_batches=True,
         )
+
+
+def test_a_datasets_iterable_dataset_with_enough_shards_is_sharded_natively():
+    datasets = pytest.importorskip("datasets")
+    from torch.utils.data import DataLoader
+
+    from accel_core.data_loader import prepare_data_loader
+
+    def rows(shards):
+        for shard in shards:
+            yield from ({"x": 10 * shard + i} for i in range(3))
+
+    stream = datasets.IterableDataset.from_generator(rows, gen_kwargs={"shards": [0, 1, 2, 3]})
+    assert stream.n_shards == 4
+    seen = []
+    for rank in range(2):
+        loader = prepare_data_loader(
+            DataLoader(stream, batch_size=2),
+            num_processes=2,
+            process_index=rank,
+            put_on_device=False,
+        )
+        expected = [row["x"] for row in stream.shard(num_shards=2, index=rank)]
+        seen.append([int(x) for batch in loader for x in batch["x"]])
+        assert seen[-1] == expected  # this process's own shards, whole
+    assert sorted(seen[0] + seen[1]) == sorted(row["x"] for row in stream)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -165,7 +166,11 @@ def prepare_data_loader(
     synchronized_generator = None
 
     if num_processes > 1 and not dispatch_batches:
-        if iterable:
+        if iterable and not split_batches and _shards_natively(dataset, num_processes):
+            # a datasets.IterableDataset of at least one shard (file) per process: each process
+            # reads its own shards, as under Accelerate
+            dataset = dataset.shard(num_shards=num_processes, index=process_index)
+        elif iterable:
             if isinstance(getattr(dataset, "generator", None), torch.Generator):
                 synchronized_generator = dataset.generator
             dataset = IterableDatasetShard(
@@ -236,3 +241,16 @@ def prepare_data_loader(
     if seedable is not None:
         prepared.set_sampler(seedable)
     return prepared
+
+
+def _shards_natively(dataset: object, num_processes: int) -> bool:
+    """Whether ``dataset`` is a Hugging Face ``datasets.IterableDataset`` with at least
+    ``num_processes`` shards (looked up only where datasets is already imported: such a dataset
+    can't exist otherwise)."""
+    datasets = sys.modules.get("datasets")
+    iterable_type = getattr(datasets, "IterableDataset", None)
+    return (
+        isinstance(iterable_type, type)
+        and isinstance(dataset, iterable_type)
+        and getattr(dataset, "n_shards", 0) >= num_processes
+    )
