@@ -7,9 +7,9 @@ their local paths, siblings included, so a ``tests-<package>`` session proves th
 installs and passes its tests with only what it declares.
 
 Default sessions (what CI runs): every ``tests-<package>``, ``backend-deepspeed``,
-``backend-xla``, ``integration``, ``conformance``, ``stress``, ``profiles``, ``lint`` and
-``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` / ``backend-ddp`` (one backend's
-tests alone; the package sessions run them).
+``backend-xla``, ``integration``, ``conformance``, ``ecosystem``, ``stress``, ``profiles``,
+``lint`` and ``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` / ``backend-ddp``
+(one backend's tests alone; the package sessions run them).
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ PACKAGES = ROOT / "packages"
 TORCH = "torch==2.13.0"
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2"]
 ACCELERATE = "accelerate==1.15.0"
+#: What the ``ecosystem`` session runs on accel (and on Accelerate, to compare).
+ECOSYSTEM = ("transformers==5.23.0", "peft==0.21.2", "trl==1.16.0", "datasets==5.2.0")
 
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = False
@@ -202,7 +204,11 @@ def integration(session: nox.Session) -> None:
     session.install(*TEST_TOOLS)
     _install_local(session, list(LOCAL), extras="test")
     env = {"ACCEL_TEST_HF_PYTHON": _accelerate_python(session, with_transformers=False)}
-    ignored = ["--ignore=integration-tests/stress", "--ignore=integration-tests/conformance"]
+    ignored = [
+        "--ignore=integration-tests/stress",
+        "--ignore=integration-tests/conformance",
+        "--ignore=integration-tests/ecosystem",
+    ]
     _pytest(session, "integration-tests", *ignored, env=env)
 
 
@@ -217,6 +223,24 @@ def conformance(session: nox.Session) -> None:
     _install_local(session, list(LOCAL))
     env = {"ACCEL_TEST_HF_PYTHON": _accelerate_python(session, with_transformers=False)}
     _pytest(session, "integration-tests/conformance", env=env)
+
+
+@nox.session
+@_discarding
+def ecosystem(session: nox.Session) -> None:
+    """transformers' ``Trainer``, peft, trl (``SFTTrainer``, ``trl sft``, ``trl env``) and
+    ``from_pretrained(device_map=...)`` on accel through its ``accelerate`` alias, compared exactly
+    with the same jobs on Hugging Face Accelerate 1.15 (a separate venv with the same pins).
+
+    peft and trl bring a real ``accelerate`` into this venv as a dependency; the alias shadows it.
+    torch is pinned in the same pip command as the pins (pip would otherwise pull another torch).
+    """
+    session.install(*TEST_TOOLS)
+    _install_local(session, list(LOCAL))
+    session.install(TORCH, *ECOSYSTEM)
+    session.run("pip", "check")
+    hf_python = _accelerate_python(session, with_transformers=False, packages=ECOSYSTEM)
+    _pytest(session, "integration-tests/ecosystem", env={"ACCEL_TEST_HF_PYTHON": hf_python})
 
 
 @nox.session
@@ -274,16 +298,20 @@ def docs(session: nox.Session) -> None:
 DEEPSPEED = "deepspeed==0.19.8"
 
 
-def _accelerate_python(session: nox.Session, with_transformers: bool = True) -> str:
+def _accelerate_python(
+    session: nox.Session, with_transformers: bool = True, packages: tuple[str, ...] = ()
+) -> str:
     """A separate venv with Hugging Face Accelerate (and, for the benchmarks, transformers and
-    DeepSpeed, which Accelerate's DeepSpeed integration needs); returns its interpreter. Without
-    them it installs in about half a minute."""
+    DeepSpeed, which Accelerate's DeepSpeed integration needs), plus ``packages`` (installed with
+    torch pinned in the same command); returns its interpreter. Without them it installs in about
+    half a minute."""
     venv = Path(session.create_tmp()) / "hf-accelerate"
     python = venv / "bin" / "python"
     if not python.exists():
         session.run("python", "-m", "venv", str(venv), external=True)
     session.run(str(python), "-m", "pip", "install", "-q", TORCH, external=True)
     extra = ["transformers", DEEPSPEED] if with_transformers else []
+    extra += [TORCH, *packages] if packages else []
     session.run(
         str(python),
         "-m",

@@ -127,3 +127,27 @@ def test_repr_names_the_values():
     text = repr(GradientState(GradientAccumulationPlugin(num_steps=2)))
     assert "Sync Gradients: True" in text
     assert "{'num_steps': 2}" in text
+
+
+def test_an_abandoned_iterator_closed_late_leaves_the_next_epoch_active():
+    """transformers' Trainer takes each epoch's batches by count and leaves the iterator suspended
+    after the last one; the garbage collector may close it while the next epoch runs (at another
+    moment on each process). That must not end the live iteration of the same loader."""
+    import torch
+
+    from accel_core import Accelerator
+
+    accelerator = Accelerator()
+    loader = accelerator.prepare(torch.utils.data.DataLoader(list(range(6)), batch_size=2))
+    state = accelerator.gradient_state
+    first = iter(loader)
+    assert [next(first).tolist() for _ in range(3)] == [[0, 1], [2, 3], [4, 5]]
+    assert state.end_of_dataloader  # the last batch, the generator still suspended
+    second = iter(loader)
+    batches = [next(second).tolist(), next(second).tolist()]
+    first.close()  # what a late garbage collection does
+    assert state.in_dataloader and state.active_dataloader is loader
+    assert not state.end_of_dataloader and state.remainder == 0
+    batches.append(next(second).tolist())
+    assert batches == [[0, 1], [2, 3], [4, 5]] and state.end_of_dataloader
+    assert list(second) == [] and not state.in_dataloader

@@ -144,6 +144,33 @@ def test_busy_main_process_port_is_a_clear_error():
     assert f"--main_process_port {port} (flag) is already in use" in done.stderr
 
 
+def test_main_process_port_0_picks_a_free_port_as_in_accelerate():
+    done = run_accel(
+        "launch", "--num_processes", "2", "--main_process_port", "0", "--dry-run", "x.py"
+    )
+    assert done.returncode == 0, done.stderr
+    [line] = [line for line in done.stdout.splitlines() if "MASTER_PORT" in line]
+    port = int(line.split("MASTER_PORT", 1)[1].strip(" =:").split()[0])
+    assert 1 <= port <= 65535
+    several = run_accel(
+        "launch",
+        "--num_machines",
+        "2",
+        "--num_processes",
+        "4",
+        "--machine_rank",
+        "0",
+        "--main_process_ip",
+        "127.0.0.1",
+        "--main_process_port",
+        "0",
+        "--dry-run",
+        "x.py",
+    )
+    assert several.returncode == 2
+    assert "--main_process_port 0 (flag) picks a free port on one machine only" in several.stderr
+
+
 def test_committed_cli_reference_is_generated():
     committed = (REPO / "docs" / "reference" / "cli.md").read_text()
     assert committed == generate(), (

@@ -188,10 +188,20 @@ class GradientState:
         self.dataloader_references = [*self.dataloader_references, dataloader]
 
     def _remove_dataloader(self, dataloader: Any) -> None:
-        """Mark ``dataloader`` as finished (called when its iteration ends)."""
-        self.dataloader_references = [
-            ref for ref in self.dataloader_references if ref is not dataloader
-        ]
+        """Mark one iteration of ``dataloader`` as finished (called when it ends).
+
+        Only one entry goes, as each iteration added one: an abandoned iterator of the same loader
+        (transformers' Trainer leaves each epoch's suspended after its last batch) may be closed by
+        the garbage collector while the next epoch iterates, at a moment that differs between
+        processes; removing every entry then ended the live iteration on one process only, and
+        the processes' collectives in ``gather_for_metrics`` no longer matched.
+        """
+        references = self.dataloader_references
+        for index in range(len(references) - 1, 0, -1):
+            if references[index] is dataloader:
+                del references[index]
+                break
+        self.dataloader_references = references
 
     def __reduce__(self) -> tuple[type[GradientState], tuple[()]]:
         # A pickled loader carries its GradientState: unpickling joins the receiving process's

@@ -54,14 +54,24 @@ def accel_environment(plan: LaunchPlan) -> dict[str, str]:
 
 
 def settle_port(plan: LaunchPlan, check_busy: bool = True) -> Value:
-    """The main process port: the one given (checked free on machine 0), else a free one.
+    """The main process port: the one given (checked free on machine 0), else a free one; 0,
+    as in Accelerate, also asks for a free one (one machine only).
 
     With one machine a free port is picked; with several, Accelerate's default 29500 (every
     machine must agree on it). A busy port given on the main machine is an error naming it.
     """
     given = plan.values["main_process_port"]
+    one_machine = int(plan["num_machines"]) == 1
+    if given.value is not None and int(given.value) == 0:
+        # Accelerate's spelling of "pick a free port" (trl passes it)
+        if one_machine:
+            return Value(free_port(), f"{given.source}: 0, a free port")
+        raise AccelLaunchError(
+            f"--main_process_port 0 ({given.source}) picks a free port on one machine only: with "
+            f"{plan['num_machines']} machines every machine must be given the same port"
+        )
     if given.value is None:
-        if int(plan["num_machines"]) == 1:
+        if one_machine:
             return Value(free_port(), "default (a free port)")
         given = Value(DEFAULT_MULTI_MACHINE_PORT, "default")
     port = int(given.value)
