@@ -9,20 +9,18 @@ API version accel implements, since libraries compare it with the Accelerate rel
 from __future__ import annotations
 
 import importlib
-import importlib.abc
 import importlib.machinery
-import importlib.util
-import logging
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 #: The Hugging Face Accelerate release whose public API accel implements.
 ACCELERATE_API_VERSION = "1.15.0"
 ALIAS = "accelerate"
 TARGET = "accel"
-
-_logger = logging.getLogger("accel.as_accelerate")
 
 
 def target_name(name: str) -> str | None:
@@ -53,8 +51,10 @@ def make_view(accel: ModuleType) -> ModuleType:
     return view
 
 
-class AliasLoader(importlib.abc.Loader):
-    """Hands the import system accel's already executed module instead of a new one."""
+class AliasLoader:
+    """Hands the import system accel's already executed module instead of a new one (a loader
+    by protocol: ``importlib.abc`` is not imported, it would cost the start-up hook an import of
+    ``importlib.resources``)."""
 
     def __init__(self, target: str, origin: Callable[[], str | None]) -> None:
         self.target = target
@@ -64,7 +64,9 @@ class AliasLoader(importlib.abc.Loader):
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         module = importlib.import_module(self.target)
         if self.target == TARGET:
-            _logger.debug(
+            import logging  # loaded by then in any program that imports accelerate
+
+            logging.getLogger("accel.as_accelerate").debug(
                 "import accelerate loads accel (Accelerate API %s), switched on by %s",
                 ACCELERATE_API_VERSION,
                 self._origin(),
@@ -80,8 +82,9 @@ class AliasLoader(importlib.abc.Loader):
             module.__spec__ = self._target_spec
 
 
-class AliasFinder(importlib.abc.MetaPathFinder):
-    """First on ``sys.meta_path`` while the alias is on: ``accelerate[.X]`` -> accel."""
+class AliasFinder:
+    """First on ``sys.meta_path`` while the alias is on: ``accelerate[.X]`` -> accel (a meta path
+    finder by protocol)."""
 
     def __init__(self, origin: Callable[[], str | None]) -> None:
         self._origin = origin
@@ -95,7 +98,7 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         name = target_name(fullname)
         if name is None:
             return None
-        found = importlib.util.find_spec(name)
+        found = _find_spec(name)
         if found is None:
             return None  # accel has no such module: the import fails as it would in Accelerate
         return importlib.machinery.ModuleSpec(
@@ -109,3 +112,11 @@ class AliasFinder(importlib.abc.MetaPathFinder):
         from accel._alias_metadata import find_alias_distributions
 
         return find_alias_distributions(context)
+
+
+def _find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    # importlib.util is imported when first needed: the start-up hook imports this module, and
+    # importlib.util brings contextlib and re with it
+    import importlib.util
+
+    return importlib.util.find_spec(name)

@@ -9,11 +9,13 @@ says so, rather than a bare AttributeError.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class UnsupportedNameError(ImportError):
@@ -66,7 +68,7 @@ def _submodule(module_name: str, name: str) -> ModuleType | None:
     ``accel.utils.X`` works, as ``import accelerate`` then ``accelerate.utils.X`` does)."""
     if name.startswith("__") or not hasattr(sys.modules[module_name], "__path__"):
         return None
-    if importlib.util.find_spec(f"{module_name}.{name}") is None:
+    if _find_spec(f"{module_name}.{name}") is None:
         return None
     return importlib.import_module(f"{module_name}.{name}")
 
@@ -102,3 +104,11 @@ def replaceable_names(module_name: str, targets: Mapping[str, str]) -> None:
         "ReplaceableNamesModule", (_ReplaceableNamesModule,), {"_replaceable": dict(targets)}
     )
     module.__class__ = replaceable
+
+
+def _find_spec(name: str) -> importlib.machinery.ModuleSpec | None:
+    # importlib.util is imported when first needed: the start-up hook imports this module, and
+    # importlib.util brings contextlib and re with it
+    import importlib.util
+
+    return importlib.util.find_spec(name)
