@@ -30,7 +30,8 @@ TORCH = "torch==2.13.0"
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2"]
 ACCELERATE = "accelerate==1.15.0"
 #: What the ``ecosystem`` session runs on accel (and on Accelerate, to compare).
-ECOSYSTEM = ("transformers==5.23.0", "peft==0.21.2", "trl==1.16.0", "datasets==5.2.0")
+TRANSFORMERS = "transformers==5.23.0"
+ECOSYSTEM = (TRANSFORMERS, "peft==0.21.2", "trl==1.16.0", "datasets==5.2.0")
 
 nox.options.error_on_missing_interpreters = True
 nox.options.reuse_existing_virtualenvs = False
@@ -331,8 +332,8 @@ def _accelerate_python(
 def bench(session: nox.Session) -> None:
     """Benchmarks against Hugging Face Accelerate and raw PyTorch; writes benchmarks/RESULTS.md."""
     _install_local(session, list(LOCAL), extras="bench")
-    session.install("transformers", DEEPSPEED, env={"DS_BUILD_OPS": "0"})
-    env = {"ACCEL_BENCH_HF_PYTHON": _accelerate_python(session)}
+    session.install(TORCH, TRANSFORMERS, DEEPSPEED, env={"DS_BUILD_OPS": "0"})
+    env = {"ACCEL_BENCH_HF_PYTHON": _accelerate_python(session, packages=(TRANSFORMERS,))}
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
 
 
