@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from accel_launch.commands import add_config_file_argument
+from accel_launch.commands import add_config_file_argument, add_mixed_precision_argument
 from accel_launch.config import files
 
 #: The config file read when none is named, as a string (Accelerate's ``default_config_file``),
@@ -109,13 +109,7 @@ def default_command_parser(
         default=default_config_file,
         help=_FILE_HELP,
     )
-    sub.add_argument(
-        "--mixed_precision",
-        "--mixed-precision",
-        default="no",
-        choices=("no", "fp16", "bf16"),
-        help="Mixed precision mode.",
-    )
+    add_mixed_precision_argument(sub)
     sub.set_defaults(func=default_config_command)
     return sub
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from accel_launch.commands import add_config_file_argument
+from accel_launch.commands import add_config_file_argument, add_mixed_precision_argument
 
 DESCRIPTION = (
     "Write the config file `accel launch` reads. Without a subcommand, asks questions with "
@@ -30,13 +30,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
         "every visible GPU (one process each), or one CPU process.",
     )
     add_config_file_argument(default, _CONFIG_FILE_HELP)
-    default.add_argument(
-        "--mixed_precision",
-        "--mixed-precision",
-        default="no",
-        choices=("no", "fp16", "bf16"),
-        help="Mixed precision mode.",
-    )
+    add_mixed_precision_argument(default)
     default.set_defaults(run=run_default)
     update = sub.add_parser(
         "update",
