@@ -13,7 +13,6 @@ from accel_backends import (
     TorchContextParallelConfig,
     TorchTensorParallelConfig,
 )
-from accel_core.out_of_scope import OutOfScopeError
 
 HERE = Path(__file__)
 
@@ -64,21 +63,26 @@ def test_invalid_configurations(options: dict, message: str):
         ParallelismConfig(**options)
 
 
-def test_tensor_and_context_parallelism_are_out_of_scope():
+def test_tensor_and_context_parallel_configs_are_built_as_in_accelerate():
     config = ParallelismConfig(dp_shard_size=2, tp_size=2)
     assert config.total_size == 4 and config.non_dp_dim_names == ["tp"]
     assert isinstance(config.tp_handler, TorchTensorParallelConfig)
-    with pytest.raises(OutOfScopeError, match="Tensor parallelism"):
-        config.build_device_mesh("cpu")
     context = ParallelismConfig(cp_size=2)
     assert isinstance(context.cp_handler, TorchContextParallelConfig)
-    with pytest.raises(OutOfScopeError, match="Context parallelism"):
-        context.get_device_mesh("cpu")
+    assert context.dp_shard_cp_dim_names == ["cp"]
 
 
 def test_get_device_mesh_needs_a_device_type():
     with pytest.raises(ValueError, match="pass a device_type"):
         ParallelismConfig(dp_shard_size=2).get_device_mesh()
+
+
+def _has(mesh: object, name: str) -> bool:
+    try:
+        mesh[name]  # type: ignore[index]
+    except (KeyError, RuntimeError, ValueError):
+        return False
+    return True
 
 
 def mesh_worker() -> None:
@@ -101,6 +105,17 @@ def mesh_worker() -> None:
             "rank_in_dp": mesh["dp"].get_local_rank(),
             "dp_shard_cp": mesh["dp_shard_cp"].size() if config.dp_shard_enabled else None,
         }
+    # tensor and context dimensions are built as Accelerate builds them
+    for name, config in {
+        "tensor": ParallelismConfig(tp_size=2),
+        "context": ParallelismConfig(cp_size=2),
+    }.items():
+        mesh = config.build_device_mesh("cpu")
+        report[name] = {
+            "names": list(mesh.mesh_dim_names),
+            "rank": mesh.get_local_rank(),
+            "flattened": [flat for flat in ("dp", "dp_cp", "dp_shard_cp") if _has(mesh, flat)],
+        }
     with open(f"{sys.argv[1]}.{dist.get_rank()}", "w") as file:
         json.dump(report, file)
     dist.barrier()
@@ -122,6 +137,12 @@ def test_two_processes_build_data_parallel_meshes(tmp_path: Path):
             "dp_cp": 2,
             "rank_in_dp": rank,
             "dp_shard_cp": 2,
+        }
+        assert report["tensor"] == {"names": ["tp"], "rank": rank, "flattened": []}
+        assert report["context"] == {
+            "names": ["cp"],
+            "rank": rank,
+            "flattened": ["dp_cp", "dp_shard_cp"],
         }
         assert report["replicate"] == {
             "names": ["dp_replicate"],

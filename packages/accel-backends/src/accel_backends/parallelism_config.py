@@ -4,8 +4,9 @@ Accelerate 1.15's fields, defaults (``PARALLELISM_CONFIG_*`` variables) and prop
 runs the data-parallel dimensions: ``dp_replicate`` (copies, DDP-style) and ``dp_shard`` (FSDP
 sharding; both > 1 is HSDP). :meth:`ParallelismConfig.build_device_mesh` builds them with
 ``torch.distributed.device_mesh.init_device_mesh`` on the current process group (any backend,
-gloo included). Tensor, context and sequence parallelism (``tp_size``, ``cp_size``, ``sp_size`` >
-1) are out of scope: the config is built, building a mesh for them raises ``OutOfScopeError``.
+gloo included), their tensor, context and sequence dimensions too (``tp_size``, ``cp_size``,
+``sp_size`` > 1), as Accelerate builds them; training on those is out of scope (the Accelerator
+refuses them with ``OutOfScopeError``).
 """
 
 from __future__ import annotations
@@ -202,15 +203,10 @@ class ParallelismConfig:
         (every data-parallel dimension), ``dp_shard_cp`` and ``dp_cp``. ``None`` when every size
         is 1. Needs an initialised process group of ``total_size`` processes.
 
-        Raises ``OutOfScopeError`` for tensor, context or sequence parallelism.
+        Tensor, context and sequence dimensions (``tp``, ``cp``, ``sp``) are built too, as
+        Accelerate builds them; training on them is refused where it is not supported, when the
+        Accelerator is created.
         """
-        for handler, size in (
-            (self.tp_handler, self.tp_size),
-            (self.cp_handler, self.cp_size),
-            (self.sp_handler, self.sp_size),
-        ):
-            if size > 1 and handler is not None:
-                raise handler.unsupported_error()
         from torch.distributed.device_mesh import init_device_mesh
 
         names = sorted(self.active_mesh_dims, key=MESH_ORDER.index)
