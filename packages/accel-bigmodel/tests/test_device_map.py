@@ -74,7 +74,7 @@ def test_too_small_main_device_gets_nothing(caplog):
             _model(), {"cpu": 100}, no_split_module_classes=["Block"]
         )
     assert device_map == {"": "disk"}
-    assert "'cpu' needs 240 bytes" in caplog.text  # module 0 (80) + the reserved Block (160)
+    assert "  - cpu: 240 bytes required" in caplog.text  # module 0 (80) + the reserved Block (160)
     gpu_too_small = {0: 100, "cpu": 1000}
     assert infer_auto_device_map(_model(), gpu_too_small, no_split_module_classes=["Block"]) == {
         "": "cpu"
