@@ -230,7 +230,10 @@ def test_skip_first_batches_prepared_loaders_resume_at_the_right_sample():
 
 def test_errors():
     loader = DataLoader(numbers(), batch_size=15)
-    with pytest.raises(ValueError, match="got batch size 15 for 2 processes"):
+    with pytest.raises(
+        ValueError,
+        match=r"batch size \(15\) needs to be a round multiple of the number of processes \(2\)",
+    ):
         prepare_data_loader(loader, num_processes=2, process_index=0, split_batches=True)
     prepared = prepare_data_loader(loader, num_processes=2, process_index=0)
     with pytest.raises(ValueError, match="already prepared"):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader
 
-from accel_core.quantized_placement import check_quantized_placement
+from accel_core.quantized_placement import check_quantized_placement, is_placed_quantized
 
 if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
@@ -89,7 +89,8 @@ def prepare_all(
         ):
             continue
         if kind == "model":
-            check_quantized_placement(obj, accelerator.num_processes)
+            if is_placed_quantized(obj):
+                check_quantized_placement(obj, accelerator.num_processes)
             if len(dispatched_devices(obj)) > 1:
                 placed = False  # accel-bigmodel placed it across devices already
             accelerator.precision.wrap_forward(obj)

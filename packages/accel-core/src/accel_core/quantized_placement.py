@@ -13,16 +13,21 @@ import torch
 from accel_ops import is_bitsandbytes_multi_backend_available
 
 
+def is_placed_quantized(model: torch.nn.Module) -> bool:
+    """Whether ``model`` was loaded in 8-bit or 4-bit with a device map (what the check reads)."""
+    quantized = getattr(model, "is_loaded_in_8bit", False) or getattr(
+        model, "is_loaded_in_4bit", False
+    )
+    return bool(quantized and getattr(model, "hf_device_map", None))
+
+
 def check_quantized_placement(model: torch.nn.Module, num_processes: int) -> None:
     """Raise ``ValueError`` when ``model`` is 8-bit or 4-bit and its device map can't be trained:
     several devices with more than one process, or a ``"cpu"`` (without bitsandbytes'
     multi-backend) or ``"disk"`` entry."""
-    quantized = getattr(model, "is_loaded_in_8bit", False) or getattr(
-        model, "is_loaded_in_4bit", False
-    )
-    device_map = getattr(model, "hf_device_map", None)
-    if not quantized or not device_map:
+    if not is_placed_quantized(model):
         return
+    device_map = model.hf_device_map
     devices = {str(device) for device in device_map.values()}
     if len(devices) > 1 and num_processes > 1:
         raise ValueError(
