@@ -188,6 +188,7 @@ ALIAS_VALUES = {
     "ACCEL_DYNAMO_USE_FULLGRAPH": ("True", "false", "dynamo_use_fullgraph", True, False),
     "ACCEL_DYNAMO_USE_DYNAMIC": ("True", "false", "dynamo_use_dynamic", True, False),
     "ACCEL_GRADIENT_ACCUMULATION_STEPS": ("8", "2", "gradient_accumulation_steps", 8, 2),
+    "ACCEL_TORCH_DEVICE": ("cuda:1", "cpu", "torch_device", "cuda:1", "cpu"),
 }
 
 
