@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import Any
 
 
 def add_config_file_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -21,3 +23,24 @@ def add_mixed_precision_argument(parser: argparse.ArgumentParser) -> None:
         choices=("no", "fp16", "bf16"),
         help="Mixed precision mode.",
     )
+
+
+def command_parser(
+    subparsers: Any,
+    add_parser: Callable[[Any], argparse.ArgumentParser],
+    add_arguments: Callable[[argparse.ArgumentParser], None],
+    func: Callable[[argparse.Namespace], Any],
+    prog: str,
+    description: str,
+    **standalone: Any,
+) -> argparse.ArgumentParser:
+    """Accelerate's ``<name>_command_parser(subparsers=None)``: the command registered on
+    ``subparsers`` through ``add_parser`` when given, else a standalone parser (``prog``,
+    ``description``, ``standalone`` keywords) given ``add_arguments``; ``func`` is its default."""
+    if subparsers is not None:
+        parser = add_parser(subparsers)
+    else:
+        parser = argparse.ArgumentParser(prog=prog, description=description, **standalone)
+        add_arguments(parser)
+    parser.set_defaults(func=func)
+    return parser

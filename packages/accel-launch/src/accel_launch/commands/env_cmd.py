@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-from accel_launch.commands import add_config_file_argument
+from accel_launch.commands import add_config_file_argument, command_parser
 
 PACKAGES = (
     "accel-launch",
@@ -48,13 +48,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def env_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``env`` parser (Accelerate's ``accelerate.commands.env``): registered on
     ``subparsers`` when given, else standalone; its ``func`` default is :func:`env_command`."""
-    if subparsers is not None:
-        parser = add_parser(subparsers)
-    else:
-        parser = argparse.ArgumentParser(prog="accel env", description=_DESCRIPTION)
-        _add_arguments(parser)
-    parser.set_defaults(func=env_command)
-    return parser
+    return command_parser(
+        subparsers, add_parser, _add_arguments, env_command, "accel env", _DESCRIPTION
+    )
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

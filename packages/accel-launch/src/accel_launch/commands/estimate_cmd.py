@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from accel_launch.commands import command_parser
+
 _HELP = "Estimate the memory a model needs (built on the meta device)."
 _DESCRIPTION = (
     "Build MODEL on the meta device (no weights, nothing downloaded) and print its largest layer, "
@@ -30,13 +32,14 @@ def estimate_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``estimate-memory`` parser (Accelerate's ``accelerate.commands.estimate``): registered
     on ``subparsers`` when given, else standalone; its ``func`` default is
     :func:`estimate_command`. The model lands in ``model_name``, as in Accelerate."""
-    if subparsers is not None:
-        parser = add_parser(subparsers)
-    else:
-        parser = argparse.ArgumentParser(prog="accel estimate-memory", description=_DESCRIPTION)
-        _add_arguments(parser)
-    parser.set_defaults(func=estimate_command)
-    return parser
+    return command_parser(
+        subparsers,
+        add_parser,
+        _add_arguments,
+        estimate_command,
+        "accel estimate-memory",
+        _DESCRIPTION,
+    )
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from accel_launch.commands import add_config_file_argument
+from accel_launch.commands import add_config_file_argument, command_parser
 from accel_launch.launch.options import add_options
 
 if TYPE_CHECKING:
@@ -64,15 +64,15 @@ def launch_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     It takes the options of ``accel launch`` (docs/reference/cli.md), then the script and its
     arguments: ``parse_args([*launch_args, script, *script_args])``.
     """
-    if subparsers is not None:
-        parser = add_parser(subparsers)
-    else:
-        parser = argparse.ArgumentParser(
-            prog="accel launch", description=DESCRIPTION, allow_abbrev=False
-        )
-        _add_arguments(parser)
-    parser.set_defaults(func=launch_command)
-    return parser
+    return command_parser(
+        subparsers,
+        add_parser,
+        _add_arguments,
+        launch_command,
+        "accel launch",
+        DESCRIPTION,
+        allow_abbrev=False,
+    )
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:

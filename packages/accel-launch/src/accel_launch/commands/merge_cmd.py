@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from accel_launch.commands import command_parser
+
 DESCRIPTION = (
     "Read a torch.distributed.checkpoint folder (as FSDP's SHARDED_STATE_DICT writes it) in one "
     "process and write OUTPUT_DIR/model.safetensors. Needs safetensors: pip install "
@@ -28,13 +30,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def merge_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``merge-weights`` parser (Accelerate's ``accelerate.commands.merge``): registered on
     ``subparsers`` when given, else standalone; its ``func`` default is :func:`merge_command`."""
-    if subparsers is not None:
-        parser = add_parser(subparsers)
-    else:
-        parser = argparse.ArgumentParser(prog="accel merge-weights", description=DESCRIPTION)
-        _add_arguments(parser)
-    parser.set_defaults(func=merge_command)
-    return parser
+    return command_parser(
+        subparsers, add_parser, _add_arguments, merge_command, "accel merge-weights", DESCRIPTION
+    )
 
 
 def merge_command(args: argparse.Namespace) -> Path:

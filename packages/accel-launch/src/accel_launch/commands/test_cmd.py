@@ -16,7 +16,7 @@ import importlib.util
 import os
 from typing import Any
 
-from accel_launch.commands import add_config_file_argument
+from accel_launch.commands import add_config_file_argument, command_parser
 
 _HELP = "Check that distributed training works with the config."
 _DESCRIPTION = (
@@ -36,13 +36,9 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
 def test_command_parser(subparsers: Any = None) -> argparse.ArgumentParser:
     """The ``test`` parser (Accelerate's ``accelerate.commands.test``): registered on
     ``subparsers`` when given, else standalone; its ``func`` default is :func:`test_command`."""
-    if subparsers is not None:
-        parser = add_parser(subparsers)
-    else:
-        parser = argparse.ArgumentParser(prog="accel test", description=_DESCRIPTION)
-        _add_arguments(parser)
-    parser.set_defaults(func=test_command)
-    return parser
+    return command_parser(
+        subparsers, add_parser, _add_arguments, test_command, "accel test", _DESCRIPTION
+    )
 
 
 def _add_arguments(parser: argparse.ArgumentParser) -> None:
