@@ -157,3 +157,32 @@ def hsdp_versus_ddp_and_resume() -> None:
     (out / f"results_{rank}.json").write_text(json.dumps(results))
     accelerator.wait_for_everyone()
     accelerator.end_training()
+
+
+def tensor_parallel_mesh_then_refused() -> None:
+    """``ParallelismConfig(tp_size=2)`` on 2 processes: the Accelerator and the mesh are built,
+    ``prepare`` refuses; writes each process's facts."""
+    from accel_backends import ParallelismConfig
+    from accel_core import Accelerator
+    from accel_core.out_of_scope import OutOfScopeError
+
+    out = Path(sys.argv[1])
+    config = ParallelismConfig(tp_size=2)
+    accelerator = Accelerator(parallelism_config=config)
+    mesh = accelerator.torch_device_mesh
+    facts: dict[str, object] = {
+        "strategy": accelerator.strategy.name,
+        "dims": list(mesh.mesh_dim_names),
+        "shape": list(mesh.shape),
+        "in_config": config.device_mesh is mesh,
+        "tensor_parallel_rank": accelerator.tensor_parallel_rank,
+        "data_parallel_rank": accelerator.data_parallel_rank,
+    }
+    try:
+        accelerator.prepare(new_model())
+    except OutOfScopeError as error:
+        facts["refused"] = str(error)
+    facts["models"] = len(accelerator._models)
+    rank = accelerator.process_index
+    (out / f"tp{rank}.json").write_text(json.dumps(facts))
+    accelerator.end_training()

@@ -14,7 +14,6 @@ from worker_env import worker_env
 from accel_backends import FullyShardedDataParallelPlugin, ParallelismConfig
 from accel_backends.fsdp_mesh import fsdp_meshes
 from accel_core import Accelerator
-from accel_core.out_of_scope import OutOfScopeError
 from accel_core.state import AcceleratorState
 from accel_testing.processes import run_workers
 
@@ -175,15 +174,37 @@ def test_sizes_that_dont_multiply_to_the_world_size_are_refused_first(fresh_stat
 
 
 @pytest.mark.parametrize("name", ["tp_size", "cp_size", "sp_size"])
-def test_tensor_context_and_sequence_parallel_sizes_are_out_of_scope(fresh_state, name):
-    # with dp_shard_size=2 as well: the out-of-scope refusal comes first (before the process
-    # state exists), not the sizes (4 for 1 process)
+def test_tensor_context_and_sequence_sizes_count_towards_the_world_size(fresh_state, name):
+    # dp_shard_size=2 and one more dimension of 2: 4 processes wanted, 1 here (Accelerate's
+    # check counts every dimension); refused before the FSDP strategy forms its group
     config = ParallelismConfig(dp_shard_size=2, **{name: 2})
     with pytest.raises(
-        OutOfScopeError, match=rf"^\w+ parallelism \(ParallelismConfig\({name}=2\)\)"
+        ValueError,
+        match=rf"^ParallelismConfig total_size \(4\) does not match num_processes \(1\): "
+        rf"dp_replicate_size=1 x dp_shard_size=2 x {name}=2 must equal",
     ):
         Accelerator(parallelism_config=config)
     assert not torch.distributed.is_initialized()
+
+
+def test_tensor_parallel_size_builds_the_mesh_and_prepare_refuses(tmp_path):
+    _run(2, "tensor_parallel_mesh_then_refused", [str(tmp_path)])
+    for rank in range(2):
+        facts = json.loads((tmp_path / f"tp{rank}.json").read_text())
+        refused = facts.pop("refused")
+        assert facts == {
+            "strategy": "ddp",
+            "dims": ["tp"],  # Accelerate's mesh for tp_size=2 alone
+            "shape": [2],
+            "in_config": True,
+            "tensor_parallel_rank": rank,
+            "data_parallel_rank": 0,
+            "models": 0,
+        }
+        assert refused.startswith(
+            "Tensor parallelism (ParallelismConfig(tp_size=2)) is out of scope in accel"
+        )
+        assert "the device mesh is built (accelerator.torch_device_mesh)" in refused
 
 
 @pytest.mark.parametrize("replicas", [2, 1], ids=["replicate-only", "size-one"])

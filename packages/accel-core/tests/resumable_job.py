@@ -5,10 +5,11 @@ The model has dropout, the loader shuffles through the seedable sampler (or a sy
 generator), gradients accumulate over 2 batches and a scheduler steps: everything a resumed run
 must restore exactly. ``--die-after K`` kills every process with SIGKILL right after batch K
 (counted over the whole run, resumed or not). ``--resume`` loads the latest checkpoint and
-continues mid-epoch: through skip_first_batches, or by itself with ``--stateful``. At the end the
-main process writes the final parameters to ``<project>/final_weights.pt``.
+continues mid-epoch: through skip_first_batches, or by itself with ``--stateful``. ``--dispatch``
+reads the batches on the main process (DataLoaderDispatcher) instead of sharding them. At the end
+the main process writes the final parameters to ``<project>/final_weights.pt``.
 
-Usage: resumable_job.py PROJECT [--die-after K] [--resume] [--stateful] [--every N]
+Usage: resumable_job.py PROJECT [--die-after K] [--resume] [--stateful] [--dispatch] [--every N]
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def main() -> None:
     parser.add_argument("--die-after", type=int, default=None)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--stateful", action="store_true")
+    parser.add_argument("--dispatch", action="store_true")
     parser.add_argument("--every", type=int, default=5)
     parser.add_argument("--seedable", type=int, default=1)
     args = parser.parse_args()
@@ -58,7 +60,9 @@ def main() -> None:
             project_dir=args.project, automatic_checkpoint_naming=True, total_limit=2
         ),
         dataloader_config=DataLoaderConfiguration(
-            use_seedable_sampler=bool(args.seedable), use_stateful_dataloader=args.stateful
+            use_seedable_sampler=bool(args.seedable),
+            use_stateful_dataloader=args.stateful,
+            dispatch_batches=args.dispatch,
         ),
     )
     data = torch.Generator().manual_seed(3)

@@ -250,9 +250,15 @@ class _ParallelismConfig:
 @pytest.mark.parametrize(
     ("sizes", "error", "text"),
     [
-        ({"tp_size": 2}, OutOfScopeError, r"^Tensor parallelism \(ParallelismConfig\(tp_size=2\)"),
-        ({"cp_size": 2}, OutOfScopeError, r"^Context parallelism \(ParallelismConfig\(cp_size=2"),
-        ({"sp_size": 4}, OutOfScopeError, r"^Sequence parallelism \(ParallelismConfig\(sp_size=4"),
+        # every dimension counts towards the world size (Accelerate's check)
+        (
+            {"tp_size": 2},
+            ValueError,
+            r"^ParallelismConfig total_size \(2\) does not match num_processes \(1\): "
+            r"dp_replicate_size=1 x dp_shard_size=1 x tp_size=2 must equal the world size 1",
+        ),
+        ({"cp_size": 2}, ValueError, r"x cp_size=2 must equal the world size 1"),
+        ({"sp_size": 4}, ValueError, r"total_size \(4\) does not match"),
         # sizes whose product is not the world size (1 here): Accelerate's message, with the
         # sizes; raised before the strategy is chosen (FSDP2, for dp_shard_size > 1)
         (

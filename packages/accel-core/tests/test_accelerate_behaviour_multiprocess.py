@@ -60,6 +60,18 @@ def _check_parallelism(results: dict) -> None:
         "dp_replicate_size": ones.dp_replicate_size,
     }
     AcceleratorState._reset_state()
+    # Tensor parallelism: the Accelerator is built (this config object cannot build a mesh: the
+    # real ParallelismConfig of accel-backends does), prepare() refuses before preparing.
+    from accel_core.out_of_scope import OutOfScopeError
+
+    accelerator = Accelerator(parallelism_config=_ParallelismConfig(tp_size=2))
+    try:
+        accelerator.prepare(torch.nn.Linear(2, 2))
+        refused = None
+    except OutOfScopeError as error:
+        refused = str(error)
+    results["tensor_parallel"] = {"refused": refused, "models": len(accelerator._models)}
+    AcceleratorState._reset_state()
 
 
 def _check_triggers(results: dict, rank: int) -> None:
@@ -131,7 +143,7 @@ def run(tmp_path_factory):
     return results
 
 
-def test_data_parallel_parallelism_config_builds_the_mesh(run):
+def test_parallelism_config_builds_the_mesh_and_prepare_refuses_tensor_parallelism(run):
     for rank, result in enumerate(run):
         assert result["parallelism"] == {
             "strategy": "ddp",
@@ -145,6 +157,12 @@ def test_data_parallel_parallelism_config_builds_the_mesh(run):
             "should_save_model": True,
         }
         assert result["parallelism_of_one"] == {"mesh": True, "dp_replicate_size": 1}
+        refusal = result["tensor_parallel"]
+        assert refusal["models"] == 0
+        assert refusal["refused"].startswith(
+            "Tensor parallelism (ParallelismConfig(tp_size=2)) is out of scope in accel"
+        )
+        assert "prepare() does not train on this dimension" in refusal["refused"]
 
 
 def test_a_trigger_set_on_one_process_is_seen_by_all_once(run):

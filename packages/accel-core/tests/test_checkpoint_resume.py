@@ -40,14 +40,19 @@ def _resumed(nprocs: int, project: Path, kills: list[int], *options: str) -> dic
     return _final(project)
 
 
-# Batches per process per epoch: 15 on 1 process, 8 on 2 (60 samples, batch 4, even batches),
-# 5 on 3. Checkpoints every 5 batches; the kills land mid-epoch, after the latest checkpoint.
+# Batches per process per epoch: 15 on 1 process, 8 on 2 (60 samples, batch 4, even batches;
+# dispatched: 60 / (2 x 4) rounded up), 5 on 3. Checkpoints every 5 batches; the kills land
+# mid-epoch, after the latest checkpoint.
 CASES = [
     pytest.param(1, [12], [], id="1-process"),
     pytest.param(2, [12, 18], [], id="2-processes-two-kills"),
     pytest.param(2, [12, 18], ["--stateful"], id="2-processes-stateful-two-kills"),
     pytest.param(2, [13], ["--seedable", "0"], id="2-processes-synchronised-generator"),
     pytest.param(3, [8], ["--stateful"], id="3-processes-stateful"),
+    pytest.param(
+        2, [11], ["--stateful", "--dispatch", "--seedable", "0"], id="2-processes-stateful-dispatch"
+    ),
+    pytest.param(2, [9], ["--dispatch", "--seedable", "0"], id="2-processes-dispatch"),
 ]
 
 

@@ -240,10 +240,6 @@ def test_errors():
         prepare_data_loader(prepared, num_processes=2, process_index=0)
     with pytest.raises(ValueError, match="needs put_on_device=True"):
         prepare_data_loader(loader, num_processes=2, process_index=0, dispatch_batches=True)
-    with pytest.raises(NotImplementedError, match="supported for sharded loaders only"):
-        prepare_data_loader(
-            loader, "cpu", put_on_device=True, dispatch_batches=True, use_stateful_dataloader=True
-        )
     with pytest.raises(ValueError, match=r"process_index must be in \[0, 1\]"):
         prepare_data_loader(loader, num_processes=2, process_index=5)
     with pytest.raises(ValueError, match="num_batches must be an integer >= 0"):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.2.1"
+__version__ = "0.2.2"
 
 #: Strategies this package registers in the ``accel.strategies`` entry-point group.
 PROVIDED_STRATEGIES: tuple[str, ...] = ("fsdp", "deepspeed", "xla")

@@ -6,7 +6,7 @@ sharding; both > 1 is HSDP). :meth:`ParallelismConfig.build_device_mesh` builds 
 ``torch.distributed.device_mesh.init_device_mesh`` on the current process group (any backend,
 gloo included), their tensor, context and sequence dimensions too (``tp_size``, ``cp_size``,
 ``sp_size`` > 1), as Accelerate builds them; training on those is out of scope (the Accelerator
-refuses them with ``OutOfScopeError``).
+is built with its mesh, and ``prepare`` refuses them with ``OutOfScopeError``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class ParallelismConfig:
         dp_replicate_size: data-parallel replicas (default 1, or
             ``PARALLELISM_CONFIG_DP_REPLICATE_SIZE``).
         dp_shard_size: processes each model is sharded over (FSDP; default 1).
-        tp_size, cp_size, sp_size: tensor, context and sequence parallel sizes (out of scope: 1).
+        tp_size, cp_size, sp_size: tensor, context and sequence parallel sizes (the mesh is
+            built with them; ``prepare`` refuses to train on them).
         cp_backend: ``torch``; sp_backend: ``deepspeed``.
         tp_handler, cp_handler, sp_handler: their options (built when the size is > 1).
 
@@ -204,8 +205,8 @@ class ParallelismConfig:
         is 1. Needs an initialised process group of ``total_size`` processes.
 
         Tensor, context and sequence dimensions (``tp``, ``cp``, ``sp``) are built too, as
-        Accelerate builds them; training on them is refused where it is not supported, when the
-        Accelerator is created.
+        Accelerate builds them; training on them is refused where it is not supported, by the
+        Accelerator's ``prepare``.
         """
         from torch.distributed.device_mesh import init_device_mesh
 

@@ -40,7 +40,6 @@ from accel_core.parallelism import (
     ParallelismMixin,
     check_sizes,
     check_strategy,
-    refuse_unsupported,
     setup_device_mesh,
     wants_sharding,
 )
@@ -135,7 +134,6 @@ class Accelerator(
 
         # Refuse what accel does not run before the process state (and group) is built.
         engine_options.refuse_out_of_scope(megatron_lm_plugin, torch_tp_plugin, mixed_precision)
-        refuse_unsupported(parallelism_config)
         plugins = engine_options.strategy_plugins(deepspeed_plugin, deepspeed_plugins, fsdp_plugin)
         environment = LaunchEnvironment.from_environ()
         self.handlers = collect_handlers(kwargs_handlers)

@@ -1,9 +1,10 @@
 """Accelerate's ``ParallelismConfig`` on accel, and the parallel-rank properties of Accelerator.
 
 accel runs the data-parallel dimensions: ``dp_replicate`` (whole copies) and ``dp_shard`` (the
-model sharded over the processes of the dimension; both > 1 is HSDP). ``tp_size``, ``cp_size``
-and ``sp_size > 1`` (tensor, context and sequence parallelism) are out of scope
-(:class:`~accel_core.out_of_scope.OutOfScopeError`, raised before the process state exists).
+model sharded over the processes of the dimension; both > 1 is HSDP). With ``tp_size``,
+``cp_size`` or ``sp_size > 1`` (tensor, context and sequence parallelism) the Accelerator is
+built and so is the mesh, with those dimensions, as in Accelerate; training on it is not run:
+``prepare`` raises :class:`~accel_core.out_of_scope.OutOfScopeError` (:func:`refuse_unsupported`).
 When the Accelerator is built, before the strategy sets up its environment and before any model
 is prepared, ``ValueError`` is raised for sizes whose product is neither 1 nor the number of
 processes (:func:`check_sizes`, as in Accelerate), and for ``dp_shard_size > 1`` under a strategy
@@ -12,8 +13,10 @@ that does not shard over the mesh (:func:`check_strategy`, ``Strategy.shards_ove
 ``dp_shard_size > 1`` chooses the sharding strategy (FSDP2 from accel-backends) when neither the
 code (``strategy=``, a plugin) nor the launch (``ACCEL_STRATEGY``) names one; that strategy builds
 the mesh (``dp_replicate, dp_shard``, flattened ``dp``, ``dp_shard_cp``, ``dp_cp``) in
-``setup_environment`` and stores it in the state. With ``dp_replicate_size > 1`` alone the
-Accelerator builds the mesh as Accelerate does: one dimension named ``"dp_replicate"`` over every
+``setup_environment`` and stores it in the state. With a tensor, context or sequence dimension
+(and ``dp_shard_size`` 1) the Accelerator builds the configuration's mesh through its
+``get_device_mesh``. With ``dp_replicate_size > 1`` alone the Accelerator builds the mesh as
+Accelerate does: one dimension named ``"dp_replicate"`` over every
 process, flattened into ``"dp"`` (``accelerator.torch_device_mesh``); otherwise there is no mesh
 (None). As in Accelerate, on several accelerator devices a configuration of size 1 is read as
 ``dp_replicate_size = num_processes``.
@@ -39,7 +42,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_INSTEAD = "leave it at 1: accel trains with data parallelism (dp_replicate_size, dp_shard_size)"
+_INSTEAD = (
+    "the device mesh is built (accelerator.torch_device_mesh), but prepare() does not train on "
+    "this dimension; leave it at 1 to train with data parallelism (dp_replicate_size, "
+    "dp_shard_size)"
+)
+_DATA_PARALLEL = ("dp_replicate_size", "dp_shard_size")
+_MODEL_PARALLEL = ("tp_size", "cp_size", "sp_size")
 
 
 class ParallelismConfigLike(Protocol):
@@ -58,8 +67,8 @@ def _size(config: ParallelismConfigLike, name: str) -> int:
 
 
 def refuse_unsupported(config: ParallelismConfigLike | None) -> None:
-    """Raise ``OutOfScopeError`` for the dimensions accel does not run (tensor, context and
-    sequence parallelism)."""
+    """Raise ``OutOfScopeError`` for the dimensions accel does not train on (tensor, context and
+    sequence parallelism). ``prepare`` calls it, before anything is prepared."""
     if config is None:
         return
     for name, feature in (
@@ -82,13 +91,20 @@ def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> Non
     ``num_processes``. Runs before the strategy is chosen."""
     if config is None:
         return
-    replicas, shards = _size(config, "dp_replicate_size"), _size(config, "dp_shard_size")
-    total = replicas * shards
+    sizes = {
+        name: _size(config, name)
+        for name in (*_DATA_PARALLEL, *_MODEL_PARALLEL)
+        if name in _DATA_PARALLEL or _size(config, name) > 1
+    }
+    total = 1
+    for size in sizes.values():
+        total *= size
     if total not in (1, num_processes):
+        product = " x ".join(f"{name}={size}" for name, size in sizes.items())
         raise ValueError(
             f"ParallelismConfig total_size ({total}) does not match num_processes "
-            f"({num_processes}): dp_replicate_size={replicas} x dp_shard_size={shards} must "
-            f"equal the world size {num_processes}; adjust the sizes (or leave both at 1)."
+            f"({num_processes}): {product} must equal the world size {num_processes}; adjust "
+            "the sizes (or leave them at 1)."
         )
 
 
@@ -114,14 +130,17 @@ def setup_device_mesh(
     num_processes: int,
     multi_device: bool,
 ) -> Any:
-    """Build the mesh of a configuration that only replicates (None when there is none; a
+    """Build the mesh of a configuration that does not shard (None when there is none; a
     sharding one is the strategy's to build). Call on every process, after
     :func:`check_sizes`: building a mesh is a collective."""
     if config is None or _size(config, "dp_shard_size") > 1:
         return None
     replicas = _size(config, "dp_replicate_size")
     mesh = None
-    if replicas > 1:
+    get_device_mesh = getattr(config, "get_device_mesh", None)
+    if any(_size(config, name) > 1 for name in _MODEL_PARALLEL) and callable(get_device_mesh):
+        mesh = get_device_mesh(device_type)
+    elif replicas > 1:
         from torch.distributed.device_mesh import init_device_mesh
 
         mesh = init_device_mesh(device_type, (replicas,), mesh_dim_names=("dp_replicate",))
@@ -178,11 +197,12 @@ class ParallelismMixin:
 
     @property
     def tensor_parallel_rank(self) -> int:
-        """This process's rank in the tensor-parallel group: 0 (tensor parallelism is off).
-
-        Raises RuntimeError without a parallelism configuration, as Accelerate does.
-        """
-        self._require_parallelism_config("Tensor parallelism")
+        """This process's rank in the tensor-parallel group (the mesh's ``tp`` dimension; 0 with
+        ``tp_size`` 1). Raises RuntimeError without a parallelism configuration, as Accelerate
+        does."""
+        config = self._require_parallelism_config("Tensor parallelism")
+        if _size(config, "tp_size") > 1 and self.torch_device_mesh is not None:
+            return int(self.torch_device_mesh.get_local_rank("tp"))
         return 0
 
     @property

@@ -63,8 +63,10 @@ def prepare_all(
     are wrapped, and everything is recorded on the Accelerator.
     """
     from accel_core.optimizer import AcceleratedOptimizer
+    from accel_core.parallelism import refuse_unsupported
     from accel_core.scheduler import AcceleratedScheduler
 
+    refuse_unsupported(accelerator.parallelism_config)
     if len(device_placement) != len(objects):
         raise ValueError(
             f"device_placement has {len(device_placement)} entries for {len(objects)} objects; "

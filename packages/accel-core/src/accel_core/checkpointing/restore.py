@@ -141,10 +141,14 @@ def load(
     if rng is not None:
         rng_states.restore(rng)
     for index, loader in enumerate(accelerator._dataloaders):
-        at_boundary = index < len(positions) and not positions[index].get("batches")
+        # At an epoch boundary a loader that tracks its progress starts the next epoch fresh
+        # (its batch count says so); the others' saved state marks the epoch finished itself.
+        at_boundary = (
+            getattr(loader, "progress", None) is not None
+            and index < len(positions)
+            and not positions[index].get("batches")
+        )
         if loader_states[index] is not None and not at_boundary:
-            # At an epoch boundary the next epoch starts fresh: the inner loader's state there is
-            # "epoch finished", which would make it yield nothing.
             loader.load_state_dict(loader_states[index])
         if samplers[index] is not None:
             _apply_accelerate_sampler(loader, samplers[index])

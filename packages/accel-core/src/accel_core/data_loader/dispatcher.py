@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
+from accel_core.data_loader.progress import LoaderProgress, restore_epoch_start, restore_positioned
 from accel_core.data_loader.samplers import get_sampler, sampler_length
-from accel_core.data_loader.shard_loader import STATEFUL_UNSUPPORTED
 from accel_core.gradient_state import GradientState
 
 SliceFn = Callable[..., Any]
@@ -57,11 +57,18 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         skip_batches: steps to skip at the start of each iteration: the main process still
             reads them (so that a short last batch is completed with the same first samples as
             without skipping) but does not send them.
-        use_stateful_dataloader: not supported (raises).
+        use_stateful_dataloader: build a
+            :class:`~accel_core.data_loader.stateful.StatefulDataLoaderDispatcher` (a torchdata
+            ``StatefulDataLoader`` too) whose main process saves and restores its position.
         slice_fn: ``slice_fn(batch, slice, process_index=, num_processes=)`` that cuts a batch;
             defaults to ``accel_ops.slice_tensors``.
         iteration: the epoch the next iteration starts from.
         **kwargs: every other ``DataLoader`` argument.
+
+    Like :class:`DataLoaderShard` it keeps a
+    :class:`~accel_core.data_loader.progress.LoaderProgress` (shared with its
+    ``skip_first_batches`` copies), so that a checkpoint taken mid-epoch resumes with the epoch's
+    order even when the sampler draws it from the global generator.
     """
 
     def __init__(
@@ -74,23 +81,35 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         _non_blocking: bool = False,
         slice_fn: SliceFn | None = None,
         iteration: int = 0,
+        _progress: LoaderProgress | None = None,
         **kwargs: Any,
     ) -> None:
-        if use_stateful_dataloader:
-            raise NotImplementedError(STATEFUL_UNSUPPORTED)
         super().__init__(dataset, **kwargs)
         from accel_ops import slice_tensors
 
         self.split_batches = split_batches
         self.skip_batches = skip_batches
-        self.use_stateful_dataloader = False
         self.gradient_state = GradientState()
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self.slice_fn: SliceFn = slice_tensors if slice_fn is None else slice_fn
-        self.iteration = iteration
+        self.progress = _progress if _progress is not None else LoaderProgress(epoch=iteration)
         self._layout: Any = None  # the batch layout the other processes last received
+        self._first_samples: Any = None  # the epoch's first samples (complete a short last batch)
         self.reset()
+
+    @property
+    def iteration(self) -> int:
+        """The epoch of the iteration in progress, or of the next one."""
+        return self.progress.epoch
+
+    @iteration.setter
+    def iteration(self, epoch: int) -> None:
+        self.progress.epoch = epoch
+
+    def _batches_already_consumed(self) -> int:
+        """Steps of the epoch this iteration starts after (the resume point must match)."""
+        return self.skip_batches
 
     @property
     def state(self) -> Any:
@@ -112,6 +131,7 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         state = self.state
         batch, failure, layout, code = None, None, None, _SAME
         if iterator is not None and state.process_index == 0:
+            self._before_read_ahead()
             try:
                 batch = self._read_global_batch(iterator, concatenate)
             except Exception as error:
@@ -140,6 +160,10 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         if code == _END:
             return None, None
         return batch, self._layout
+
+    def _before_read_ahead(self) -> None:
+        """Called on the main process before each global batch is read (the stateful subclass
+        records its position)."""
 
     def _read_global_batch(self, iterator: Iterator[Any], concatenate: Callable[..., Any]) -> Any:
         wanted = 1 if self.split_batches else self.state.num_processes
@@ -175,12 +199,18 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
 
         rank, world = self.state.process_index, self.state.num_processes
         self._layout = None
+        progress = self.progress
+        skipped = self._batches_already_consumed()
+        resume = progress.take_resume(skipped, type(self).__name__)
+        if resume is not None:
+            restore_epoch_start(resume, None)
         self.begin()
         try:
-            self.set_epoch(self.iteration)
+            self.set_epoch(progress.epoch)
+            progress.start(skipped, None)
             iterator = super().__iter__() if rank == 0 or _is_datapipe(self.dataset) else None
             batch, layout = self._fetch(iterator)
-            first_samples = None
+            first_samples = self._first_samples = self._restored_first_samples()
             index = 0
             while layout is not None:
                 skipping = index < self.skip_batches
@@ -195,11 +225,15 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
                 batch = broadcast(batch, from_process=0)
                 if first_samples is None and not self._drop_last:
                     # Kept to complete a short last batch, even when this step is skipped.
-                    first_samples = self._cut(batch, slice(0, world))
+                    first_samples = self._first_samples = self._cut(batch, slice(0, world))
                 if skipping:
                     batch, layout = self._fetch(iterator)
                     index += 1
                     continue
+                if resume is not None:
+                    # Positioned: from here on the random numbers are the checkpoint's.
+                    restore_positioned(resume)
+                    resume = None
                 observed = find_batch_size(batch)
                 upcoming, upcoming_layout = self._fetch(iterator)
                 is_last = upcoming_layout is None
@@ -211,12 +245,19 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
                 if is_last:
                     self.end_of_dataloader = True
                     self.remainder = observed
+                progress.batches += 1
                 yield mine
                 index += 1
                 batch, layout = upcoming, upcoming_layout
-            self.iteration += 1
+            restore_positioned(resume)
+            progress.finish()
         finally:
             self.end()
+
+    def _restored_first_samples(self) -> Any:
+        """The epoch's first samples when a restored position resumes it (the stateful
+        subclass), else ``None``: they complete a short last batch."""
+        return None
 
     def _cut(self, batch: Any, part: slice) -> Any:
         return self.slice_fn(

@@ -35,6 +35,11 @@ class DataLoaderStateMixin:
     A loader using it calls ``begin()`` when an iteration starts and ``end()`` when it stops, and
     sets ``end_of_dataloader`` just before yielding its last batch.
 
+    Building one with ``use_stateful_dataloader=True`` gives an instance of its stateful
+    subclass (:mod:`accel_core.data_loader.stateful`), which is also a torchdata
+    ``StatefulDataLoader``: ``DataLoaderShard(..., use_stateful_dataloader=True)`` is a
+    ``DataLoaderShard`` whose ``state_dict()`` / ``load_state_dict()`` resume inside the epoch.
+
     Attributes:
         end_of_dataloader: the batch just yielded is the last one of this iteration.
         remainder: real samples in the last global batch (0 when full, -1 when unknown).
@@ -44,6 +49,29 @@ class DataLoaderStateMixin:
     remainder: int = -1
     gradient_state: GradientState
     _drop_last: bool = False
+    #: True in the torchdata-based subclasses.
+    _stateful = False
+
+    def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
+        if use_stateful_dataloader and not cls._stateful:
+            from accel_core.data_loader.stateful import stateful_class
+
+            cls = stateful_class(cls)
+        return super().__new__(cls)
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """Whether this loader is a torchdata ``StatefulDataLoader`` (position saved mid-epoch)."""
+        return self._stateful
+
+    @property
+    def base_dataloader(self) -> DataLoader:
+        """The loader that reads the data: this loader itself.
+
+        Accelerate's prepared loaders wrap an inner ``DataLoader`` under this name; accel's are
+        ``DataLoader`` subclasses, so code that reaches for ``base_dataloader`` gets the loader.
+        """
+        return self  # type: ignore[return-value]
 
     def reset(self) -> None:
         """Forget the previous iteration's end flag and remainder."""

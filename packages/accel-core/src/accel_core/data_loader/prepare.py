@@ -100,8 +100,8 @@ def prepare_data_loader(
         use_seedable_sampler: replace a ``RandomSampler`` by :class:`SeedableRandomSampler`.
         data_seed: seed of that sampler (``torch.initial_seed()`` when ``None``).
         non_blocking: non-blocking host-to-device copies.
-        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader`` (sharded
-            loaders only; needs the ``stateful`` extra).
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader`` (needs
+            the ``stateful`` extra), so that its position is saved and restored mid-epoch.
 
     Returns:
         a :class:`DataLoaderShard` or :class:`DataLoaderDispatcher`.
@@ -223,12 +223,7 @@ def prepare_data_loader(
             **kwargs,
         )
     else:
-        loader_class = DataLoaderShard
-        if use_stateful_dataloader:
-            from accel_core.data_loader.stateful import StatefulDataLoaderShard
-
-            loader_class = StatefulDataLoaderShard
-        prepared = loader_class(
+        prepared = DataLoaderShard(
             dataset,
             device=device if put_on_device else None,
             rng_types=rng_types,

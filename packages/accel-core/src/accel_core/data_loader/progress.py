@@ -100,3 +100,11 @@ def restore_epoch_start(resume: ResumePoint, generator: torch.Generator | None) 
         generator.set_state(resume.generator_state)
     if resume.torch_state is not None:
         torch.set_rng_state(resume.torch_state)
+
+
+def restore_positioned(resume: ResumePoint | None) -> None:
+    """Restore the checkpoint's random states once a resumed iteration is in place."""
+    if resume is not None and resume.rng_states is not None:
+        from accel_core.checkpointing import rng_states
+
+        rng_states.restore(resume.rng_states)

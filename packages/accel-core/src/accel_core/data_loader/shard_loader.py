@@ -10,23 +10,9 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.iterable_shard import IterableDatasetShard
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
-from accel_core.data_loader.progress import LoaderProgress, ResumePoint, restore_epoch_start
+from accel_core.data_loader.progress import LoaderProgress, restore_epoch_start, restore_positioned
 from accel_core.data_loader.samplers import get_sampler, sampler_length
 from accel_core.gradient_state import GradientState
-
-STATEFUL_UNSUPPORTED = (
-    "use_stateful_dataloader=True is supported for sharded loaders only (DataLoaderShard), not "
-    "for dispatched batches or skip_first_batches copies. Resume those with "
-    "accel_core.skip_first_batches(dataloader, num_batches)."
-)
-
-
-def _positioned(resume: ResumePoint | None) -> None:
-    """Restore the checkpoint's random states once a resumed iteration is in place."""
-    if resume is not None and resume.rng_states is not None:
-        from accel_core.checkpointing import rng_states
-
-        rng_states.restore(resume.rng_states)
 
 
 class DataLoaderShard(DataLoader, DataLoaderStateMixin):
@@ -49,8 +35,9 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
         rng_types: generators to synchronise: ``"torch"``, ``"cuda"``, ``"xla"``, ``"generator"``.
         synchronized_generator: the ``torch.Generator`` synchronised for ``"generator"``.
         skip_batches: batches to skip at the start of each iteration.
-        use_stateful_dataloader: must be False here; prepare_data_loader builds a
-            :class:`~accel_core.data_loader.stateful.StatefulDataLoaderShard` for True.
+        use_stateful_dataloader: build a
+            :class:`~accel_core.data_loader.stateful.StatefulDataLoaderShard` (a torchdata
+            ``StatefulDataLoader`` too) that saves and restores its position mid-epoch.
         iteration: the epoch the next iteration starts from.
         **kwargs: every other ``DataLoader`` argument (``batch_sampler``, ``num_workers``...).
     """
@@ -70,8 +57,6 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
         _skipped_by_sampler: int = 0,
         **kwargs: Any,
     ) -> None:
-        if use_stateful_dataloader and not self._stateful:
-            raise NotImplementedError(STATEFUL_UNSUPPORTED)
         super().__init__(dataset, **kwargs)
         self.progress = _progress if _progress is not None else LoaderProgress(epoch=iteration)
         self._skipped_by_sampler = _skipped_by_sampler
@@ -79,14 +64,10 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
         self.rng_types = list(rng_types) if rng_types is not None else None
         self.synchronized_generator = synchronized_generator
         self.skip_batches = skip_batches
-        self.use_stateful_dataloader = self._stateful
         self.gradient_state = GradientState()
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self.reset()
-
-    #: True in the torchdata-based subclass.
-    _stateful = False
 
     @property
     def iteration(self) -> int:
@@ -119,7 +100,7 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
             try:
                 current = next(batches)
             except StopIteration:
-                _positioned(resume)
+                restore_positioned(resume)
                 progress.finish()
                 return
             index = 0
@@ -128,7 +109,8 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
                     current = self._to_device(current)
                 if resume is not None and index >= self.skip_batches:
                     # Positioned: from here on the random numbers are the checkpoint's.
-                    resume = _positioned(resume)
+                    restore_positioned(resume)
+                    resume = None
                 self._before_read_ahead()
                 try:
                     upcoming = next(batches)
@@ -144,7 +126,7 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
                     yield current
                 index += 1
                 current = upcoming
-            _positioned(resume)
+            restore_positioned(resume)
             progress.finish()
         finally:
             self.end()

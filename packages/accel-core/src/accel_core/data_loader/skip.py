@@ -9,7 +9,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
 from accel_core.data_loader.dispatcher import DataLoaderDispatcher
 from accel_core.data_loader.loader_state import DataLoaderStateMixin, dataloader_kwargs
-from accel_core.data_loader.shard_loader import STATEFUL_UNSUPPORTED, DataLoaderShard
+from accel_core.data_loader.shard_loader import DataLoaderShard
 from accel_core.gradient_state import GradientState
 
 
@@ -47,7 +47,9 @@ class SkipDataLoader(DataLoader, DataLoaderStateMixin):
     """A ``DataLoader`` that drops the first ``skip_batches`` batches of each iteration.
 
     It still loads the skipped batches (needed for iterable datasets); for map-style datasets
-    :func:`skip_first_batches` skips indices instead, without loading.
+    :func:`skip_first_batches` skips indices instead, without loading. With
+    ``use_stateful_dataloader=True`` it is a
+    :class:`~accel_core.data_loader.stateful.StatefulSkipDataLoader`.
     """
 
     def __init__(
@@ -57,8 +59,6 @@ class SkipDataLoader(DataLoader, DataLoaderStateMixin):
         use_stateful_dataloader: bool = False,
         **kwargs: Any,
     ) -> None:
-        if use_stateful_dataloader:
-            raise NotImplementedError(STATEFUL_UNSUPPORTED)
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
         self.gradient_state = GradientState()
@@ -66,13 +66,18 @@ class SkipDataLoader(DataLoader, DataLoaderStateMixin):
         self.reset()
 
     def __iter__(self) -> Iterator[Any]:
+        skip = self._batches_to_skip()
         self.begin()
         try:
             for index, batch in enumerate(super().__iter__()):
-                if index >= self.skip_batches:
+                if index >= skip:
                     yield batch
         finally:
             self.end()
+
+    def _batches_to_skip(self) -> int:
+        """Batches this iteration drops (the stateful subclass drops none after a restore)."""
+        return self.skip_batches
 
     def __len__(self) -> int:
         return max(0, super().__len__() - self.skip_batches)
@@ -130,7 +135,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             _drop_last=dataloader._drop_last,
             _non_blocking=dataloader._non_blocking,
             slice_fn=dataloader.slice_fn,
-            iteration=dataloader.iteration,
+            _progress=dataloader.progress,
             **kwargs,
         )
     if isinstance(dataloader, DataLoaderShard):
