@@ -21,6 +21,8 @@ from safetensors.torch import load_file
 
 SCRIPT = str(JOBS / "device_map_job.py")
 CASES = ["max_memory_text", "max_memory_int", "offload_buffers", "explicit_map"]
+#: Cases of the job that check generation: prefetch settings, and tied embeddings.
+PREFETCH_CASES = {"prefetch_thread": "thread", "prefetch_off": None, "max_memory_text": "advise"}
 
 
 def load_job(python: str, assets: Path, root: Path, alias: bool) -> dict:
@@ -33,6 +35,7 @@ def load_job(python: str, assets: Path, root: Path, alias: bool) -> dict:
     return {
         "logits": load_file(out / "logits.safetensors"),
         "maps": json.loads((out / "maps.json").read_text()),
+        "tokens": json.loads((out / "tokens.json").read_text()),
     }
 
 
@@ -54,6 +57,28 @@ def test_offloaded_logits_equal_the_plain_load(accel_job, case):
     assert from_accel(accel_job["maps"][case]["hook"]), accel_job["maps"][case]
 
 
+@pytest.mark.parametrize("case", [*CASES, *PREFETCH_CASES])
+def test_offloaded_generation_equals_the_plain_model_token_for_token(accel_job, case):
+    """Every generated token runs the offloaded layers again, from the same memory-mapped
+    files: the tokens are the in-memory model's, with each prefetch setting."""
+    assert accel_job["tokens"][case] == accel_job["tokens"]["plain"], case
+    assert len(accel_job["tokens"]["plain"]) == 6
+
+
+def test_prefetch_settings_reach_the_dispatched_model(accel_job):
+    for case, mode in PREFETCH_CASES.items():
+        assert accel_job["maps"][case]["prefetch"] == mode, case
+
+
+def test_tied_embeddings_offloaded_to_disk(accel_job):
+    maps = accel_job["maps"]["tied_disk"]["device_map"]
+    assert "disk" in maps.values() and maps.get("lm_head", "cpu") in ("cpu", "disk")
+    logits = accel_job["logits"]
+    assert torch.equal(logits["tied_disk"], logits["tied_plain"])
+    assert not torch.equal(logits["tied_plain"], logits["plain"])  # the tie changed the model
+    assert accel_job["tokens"]["tied_disk"] == accel_job["tokens"]["tied_plain"]
+
+
 def test_device_maps_use_cpu_and_disk(accel_job):
     """``"310KB"`` and ``310_000`` are the same budget: the embeddings and the first layer on the
     CPU, the rest on disk; an explicit map is kept as given."""
@@ -71,10 +96,11 @@ def test_device_maps_use_cpu_and_disk(accel_job):
     }
 
 
-@pytest.mark.parametrize("case", ["plain", *CASES])
+@pytest.mark.parametrize("case", ["plain", "tied_plain", *CASES, *PREFETCH_CASES, "tied_disk"])
 def test_logits_and_maps_equal_accelerate(accel_job, accelerate_job, case):
     assert torch.equal(accel_job["logits"][case], accelerate_job["logits"][case]), case
-    if case != "plain":
+    assert accel_job["tokens"][case] == accelerate_job["tokens"][case], case
+    if case not in ("plain", "tied_plain"):
         mine, theirs = accel_job["maps"][case], accelerate_job["maps"][case]
         assert mine["device_map"] == theirs["device_map"], case
         assert theirs["hook"] == "accelerate.hooks.AlignDevicesHook", theirs

@@ -5,12 +5,17 @@ Accelerate and under accel's ``accelerate`` alias (transformers calls it to plac
 
 Loads the model once plainly, then once per case in :data:`CASES`, and writes the logits of one
 fixed batch for each to ``OUT/logits.safetensors`` (key: the case) and, to ``OUT/maps.json``, each
-case's ``hf_device_map`` and the module of the hook on the last decoder layer.
+case's ``hf_device_map``, the module of the hook on the last decoder layer and the tokens of a
+greedy ``generate`` (every generated token runs every offloaded layer again). The cases cover CPU
+and disk offload, offloaded buffers, each prefetch setting of accel (``ACCEL_OFFLOAD_PREFETCH``,
+set before the load; Accelerate ignores it) and a model with tied input and output embeddings
+(``tied_plain`` is its in-memory load).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -39,7 +44,13 @@ CASES = {
         "offload_buffers": True,
     },
     "explicit_map": {"device_map": EXPLICIT},
+    "prefetch_thread": {"device_map": "auto", "max_memory": {"cpu": "310KB"}},
+    "prefetch_off": {"device_map": "auto", "max_memory": {"cpu": "310KB"}},
+    "tied_disk": {"device_map": "auto", "max_memory": {"cpu": "200KB"}},
 }
+#: ACCEL_OFFLOAD_PREFETCH for the cases that set it (unset for the others: accel's default).
+PREFETCH = {"prefetch_thread": "thread", "prefetch_off": "0"}
+NEW_TOKENS = 6
 
 
 def logits(model) -> torch.Tensor:
@@ -48,20 +59,55 @@ def logits(model) -> torch.Tensor:
         return model(input_ids=ids).logits.contiguous()
 
 
+def generated(model) -> list[int]:
+    ids = torch.tensor([[2, 5, 9, 14]])
+    with torch.no_grad():
+        out = model.generate(
+            ids, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False
+        )
+    return out[0, ids.shape[1] :].tolist()
+
+
+def tied_copy(folder: Path) -> Path:
+    """The model with its output embedding tied to the input one, saved to ``folder``."""
+    model = AutoModelForCausalLM.from_pretrained(MODEL)
+    model.config.tie_word_embeddings = True
+    model.lm_head.weight = model.model.embed_tokens.weight
+    model.save_pretrained(folder)
+    return folder
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
-    found = {"plain": logits(AutoModelForCausalLM.from_pretrained(MODEL))}
+    plain = AutoModelForCausalLM.from_pretrained(MODEL)
+    found = {"plain": logits(plain)}
+    tokens = {"plain": generated(plain)}
+    tied = tied_copy(OUT / "tied-model")
+    tied_plain = AutoModelForCausalLM.from_pretrained(tied)
+    assert tied_plain.lm_head.weight is tied_plain.model.embed_tokens.weight
+    found["tied_plain"], tokens["tied_plain"] = logits(tied_plain), generated(tied_plain)
     maps = {}
     for name, options in CASES.items():
+        os.environ.pop("ACCEL_OFFLOAD_PREFETCH", None)
+        if name in PREFETCH:
+            os.environ["ACCEL_OFFLOAD_PREFETCH"] = PREFETCH[name]
         model = AutoModelForCausalLM.from_pretrained(
-            MODEL, offload_folder=str(OUT / f"offload-{name}"), **options
+            tied if name.startswith("tied") else MODEL,
+            offload_folder=str(OUT / f"offload-{name}"),
+            **options,
         )
         found[name] = logits(model)
+        tokens[name] = generated(model)
         hook = getattr(model.model.layers[-1], "_hf_hook", None)
+        prefetcher = getattr(model, "_accel_prefetcher", None)
         maps[name] = {
             "device_map": model.hf_device_map,
             "hook": f"{type(hook).__module__}.{type(hook).__qualname__}",
+            "prefetch": None
+            if prefetcher is None
+            else ("thread" if prefetcher.threaded else "advise"),
         }
+    (OUT / "tokens.json").write_text(json.dumps(tokens))
     save_file(found, str(OUT / "logits.safetensors"))
     (OUT / "maps.json").write_text(json.dumps(maps, indent=1))
 

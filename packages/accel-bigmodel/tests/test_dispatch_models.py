@@ -65,7 +65,9 @@ PLACEMENTS = {
 
 @pytest.mark.parametrize("kind", ["gpt2", "llama", "bert"])
 @pytest.mark.parametrize("placement", list(PLACEMENTS))
-@pytest.mark.parametrize("prefetch", [False, True], ids=["no-prefetch", "prefetch"])
+@pytest.mark.parametrize(
+    "prefetch", [False, None, True], ids=["no-prefetch", "read-ahead-hint", "prefetch"]
+)
 def test_outputs_equal_plain_model(checkpoints, tmp_path, kind, placement, prefetch):
     folder, expected, ids, _ = checkpoints[kind]
     model = _build(kind, empty=True)
@@ -86,6 +88,8 @@ def test_outputs_equal_plain_model(checkpoints, tmp_path, kind, placement, prefe
     assert dir_bytes(tmp_path / "offload") == 0
     if prefetch and placement != "cpu":
         assert model._accel_prefetcher.hits > 0
+    if prefetch is None and placement != "cpu":  # the default: the kernel's read-ahead only
+        assert model._accel_prefetcher.threaded is False and model._accel_prefetcher.hits == 0
 
 
 def test_tied_weights_stay_tied(checkpoints, tmp_path):

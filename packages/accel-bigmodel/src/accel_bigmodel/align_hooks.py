@@ -144,6 +144,10 @@ class AlignDevicesHook(ModelHook):
         if self.offload and self.execution_device is not None:
             for name in self.offloaded_names:
                 set_module_tensor_to_device(module, name, "meta")
+            release = getattr(self.weights_map, "release", None)
+            if release is not None:
+                for name in self.offloaded_names:
+                    release(name)
         if self.io_same_device and self.input_device is not None:
             output = send_to_device(output, self.input_device, skip_keys=self.skip_keys)
         return output

@@ -18,7 +18,7 @@ from accel_bigmodel.offload import (
     extract_submodules_state_dict,
     offload_state_dict,
 )
-from accel_bigmodel.prefetch import Prefetcher
+from accel_bigmodel.prefetch import Prefetcher, prefetch_mode
 from accel_bigmodel.sizes import named_module_tensors
 from accel_bigmodel.tensors import set_module_tensor_to_device
 from accel_bigmodel.tied import find_tied_parameters, retie_parameters
@@ -41,7 +41,7 @@ def dispatch_model(
     skip_keys: str | list[str] | None = None,
     preload_module_classes: list[str] | None = None,
     force_hooks: bool = False,
-    prefetch: bool = False,
+    prefetch: bool | None = None,
 ) -> nn.Module:
     """Place ``model`` following ``device_map`` and attach the hooks that make it run there.
 
@@ -52,8 +52,12 @@ def dispatch_model(
     output comes back on the device of the input. The map is stored as ``model.hf_device_map``.
 
     ``prefetch=True`` reads the next offloaded block's weights in a background thread while the
-    current one computes (outputs are bit-identical; one extra block's weights in memory).
+    current one computes (outputs are bit-identical; one extra block's weights in memory);
+    ``False`` reads nothing ahead; ``None`` (the default) follows ``ACCEL_OFFLOAD_PREFETCH``, else
+    only asks the kernel to read the next block ahead (see
+    :func:`accel_bigmodel.prefetch.prefetch_mode`).
     """
+    mode = prefetch_mode(prefetch)
     if not getattr(device_map, "_accel_checked", False):
         # Looked up in this module when called: a replacement set at Accelerate's path
         # (``accelerate.big_modeling.check_device_map``, as transformers does) lands here.
@@ -125,14 +129,14 @@ def dispatch_model(
         preload_module_classes=preload_module_classes,
     )
     _retie_placed(model, tied, device_map)
-    if prefetch:
+    if mode is not None:
         hooks = [
             m._hf_hook
             for _, m in model.named_modules()
             if isinstance(getattr(m, "_hf_hook", None), AlignDevicesHook) and m._hf_hook.offload
         ]
         if hooks:
-            prefetcher = Prefetcher(hooks)
+            prefetcher = Prefetcher(hooks, threaded=mode == "thread")
             for hook in hooks:
                 hook.prefetcher = prefetcher
             model._accel_prefetcher = prefetcher

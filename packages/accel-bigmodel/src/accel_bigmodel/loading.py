@@ -316,7 +316,7 @@ def load_checkpoint_and_dispatch(
     preload_module_classes: list[str] | None = None,
     force_hooks: bool = False,
     strict: bool = False,
-    prefetch: bool = False,
+    prefetch: bool | None = None,
 ) -> nn.Module:
     """Load ``checkpoint`` into ``model`` (built with ``init_empty_weights``) and dispatch it.
 

@@ -18,7 +18,12 @@ from typing import Any
 import torch
 
 from accel_bigmodel.dtypes import dtype_name, parse_dtype
-from accel_bigmodel.safetensors_io import CheckpointError, _byte_view, open_safetensors
+from accel_bigmodel.safetensors_io import (
+    CheckpointError,
+    SafetensorsFile,
+    _byte_view,
+    open_safetensors,
+)
 
 INDEX_NAME = "index.json"
 
@@ -129,6 +134,12 @@ class PrefixedDataset(Mapping):
         if advise is not None:
             advise(f"{self.prefix}{key}")
 
+    def release(self, key: str) -> None:
+        """Forward "done with this tensor for now" to the underlying mapping, if it takes it."""
+        release = getattr(self.dataset, "release", None)
+        if release is not None:
+            release(f"{self.prefix}{key}")
+
     def __iter__(self) -> Iterator[str]:
         return iter([k for k in self.dataset if k.startswith(self.prefix)])
 
@@ -139,8 +150,11 @@ class PrefixedDataset(Mapping):
 class OffloadedWeightsLoader(Mapping):
     """A read-only mapping over weights kept in memory (``state_dict``) or in an offload folder.
 
-    Offloaded tensors are read from disk on each access into fresh memory (see ``index.json``
-    entries in the module docstring); ``device`` moves them there after reading.
+    Offloaded tensors are read on each access (see ``index.json`` entries in the module
+    docstring); ``device`` moves them there after reading. A tensor in a safetensors file is a
+    view of the file's memory map, made once per file: an offloaded model asks for every weight
+    on every forward, so nothing but the view is made per access, and :meth:`release` gives the
+    pages back once the module has run.
     """
 
     def __init__(
@@ -160,37 +174,62 @@ class OffloadedWeightsLoader(Mapping):
         self.index = dict(index or {})
         self.all_keys = list(self.state_dict) + [k for k in self.index if k not in self.state_dict]
         self.device = device
+        self._files: dict[str, SafetensorsFile] = {}
+
+    def _in_safetensors(self, key: str) -> tuple[SafetensorsFile, str, dict[str, Any]] | None:
+        """The file, name and index entry of ``key`` when it references a safetensors file."""
+        info = self.index.get(key)
+        if info is None or info.get("safetensors_file") is None:
+            return None
+        path = info["safetensors_file"]
+        file = self._files.get(path)
+        if file is None:
+            file = self._files[path] = open_safetensors(path)
+        return file, info.get("weight_name", key), info
 
     def __getitem__(self, key: str) -> torch.Tensor:
         if key in self.state_dict:
             return self.state_dict[key]
         if key not in self.index:
             raise KeyError(key)
-        tensor = read_index_entry(self.save_folder, key, self.index[key])
+        found = self._in_safetensors(key)
+        if found is None:
+            tensor = read_index_entry(self.save_folder, key, self.index[key])
+        else:
+            file, name, info = found
+            tensor = file.map(name)
+            wanted = parse_dtype(info["dtype"]) if info.get("dtype") else None
+            if wanted is not None and tensor.dtype != wanted:
+                tensor = tensor.to(wanted)
         return tensor if self.device is None else tensor.to(self.device)
 
-    def advise(self, key: str) -> None:
-        """Ask the kernel to start reading ``key``'s bytes from disk now (``POSIX_FADV_WILLNEED``),
-        so a later access does not wait for the disk. Does nothing for in-memory tensors."""
-        info = self.index.get(key)
-        if key in self.state_dict or info is None or not hasattr(os, "posix_fadvise"):
+    def release(self, key: str) -> None:
+        """Give back the memory of ``key``'s mapped pages (they stay in the page cache); call
+        once nothing uses the tensor any more. Does nothing for in-memory tensors."""
+        if key in self.state_dict:
             return
-        if info.get("safetensors_file") is not None:
-            path = info["safetensors_file"]
-            entry = open_safetensors(path).entries.get(info.get("weight_name", key))
-            if entry is None:
-                return
-            start, length = entry.start, entry.end - entry.start
-        elif self.save_folder is not None:
-            path, start, length = str(Path(self.save_folder) / f"{key}.dat"), 0, 0
-        else:
+        found = self._in_safetensors(key)
+        if found is not None:
+            found[0].release(found[1])
+
+    def advise(self, key: str) -> None:
+        """Ask the kernel to start reading ``key``'s bytes from disk now (``MADV_WILLNEED`` on the
+        file's map, ``POSIX_FADV_WILLNEED`` for a ``.dat`` file), so a later access does not wait
+        for the disk. Does nothing for in-memory tensors."""
+        if key in self.state_dict or key not in self.index:
+            return
+        found = self._in_safetensors(key)
+        if found is not None:
+            found[0].advise(found[1])
+            return
+        if self.save_folder is None or not hasattr(os, "posix_fadvise"):
             return
         try:
-            fd = os.open(path, os.O_RDONLY)
+            fd = os.open(Path(self.save_folder) / f"{key}.dat", os.O_RDONLY)
         except OSError:
             return  # the read itself will report the problem
         try:
-            os.posix_fadvise(fd, start, length, os.POSIX_FADV_WILLNEED)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
         finally:
             os.close(fd)
 

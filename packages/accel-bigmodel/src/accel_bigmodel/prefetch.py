@@ -8,13 +8,21 @@ module and the one after it from disk (``posix_fadvise(WILLNEED)``, no memory of
 faults in the pages of the memory-mapped tensors of the first, and on a GPU copies them there on
 a side stream. One task is in flight at a time, so at most one extra module's weights are held.
 The same bytes are read either way, so outputs are bit-identical with and without prefetching.
+
+``threaded=False`` keeps only the read-ahead hint: when hook H runs, the kernel is asked to start
+reading the next module's weights (``MADV_WILLNEED``), and nothing else happens off the compute
+thread. With a cold page cache the disk works while H computes; with a warm one the hint costs a
+system call per tensor. A background thread, by contrast, costs more than it saves on CPU-only
+runs with a warm cache (it competes with the compute thread for the interpreter), so
+``dispatch_model`` uses the hint by default (see :func:`prefetch_mode`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
@@ -22,22 +30,62 @@ if TYPE_CHECKING:
     from accel_bigmodel.align_hooks import AlignDevicesHook
 
 
-class Prefetcher:
-    """Background reads for a list of offloading hooks given in definition order."""
+PrefetchMode = Literal["thread", "advise"]
+PREFETCH_VARIABLE = "ACCEL_OFFLOAD_PREFETCH"
+_MODES: dict[str, PrefetchMode | None] = {
+    "thread": "thread", "1": "thread", "true": "thread", "yes": "thread", "on": "thread",
+    "advise": "advise", "auto": "advise",
+    "0": None, "false": None, "no": None, "off": None,
+}  # fmt: skip
 
-    def __init__(self, hooks: list[AlignDevicesHook]) -> None:
+
+def prefetch_mode(prefetch: bool | None) -> PrefetchMode | None:
+    """What ``dispatch_model(prefetch=...)`` does: ``True`` reads ahead in a background thread,
+    ``False`` not at all; ``None`` (the default, and what transformers passes) follows
+    ``ACCEL_OFFLOAD_PREFETCH`` (``thread``/``1``, ``advise``/``auto``, ``0``), else the
+    read-ahead hint only (``"advise"``): never slower with a warm page cache, and it lets the
+    disk work ahead with a cold one.
+
+    Raises:
+        ValueError: ``ACCEL_OFFLOAD_PREFETCH`` holds another value.
+    """
+    if prefetch is not None:
+        return "thread" if prefetch else None
+    value = os.environ.get(PREFETCH_VARIABLE, "").strip().lower()
+    if not value:
+        return "advise"
+    if value not in _MODES:
+        raise ValueError(
+            f"{PREFETCH_VARIABLE}={value!r} is not one of thread (or 1), advise (or auto), 0: "
+            "thread reads the next offloaded block in a background thread, advise only asks the "
+            "kernel to read it ahead, 0 does neither."
+        )
+    return _MODES[value]
+
+
+class Prefetcher:
+    """Reads ahead for a list of offloading hooks given in definition order: in a background
+    thread (``threaded=True``) or only through the kernel's read-ahead hint."""
+
+    def __init__(self, hooks: list[AlignDevicesHook], threaded: bool = True) -> None:
+        self.threaded = threaded
         self.hooks = list(hooks)
         self._position = {id(h): i for i, h in enumerate(self.hooks)}
         self._successor: dict[int, AlignDevicesHook] = {}
         self._last: AlignDevicesHook | None = None
         self._pending: tuple[AlignDevicesHook, Future] | None = None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-prefetch")
+        self._executor: ThreadPoolExecutor | None = None
+        if threaded:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-prefetch")
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def take(self, hook: AlignDevicesHook) -> dict[str, torch.Tensor] | None:
-        """The weights prefetched for ``hook``, or None if another module's were prefetched."""
+        """The weights prefetched for ``hook``, or None if another module's were prefetched (or
+        the prefetcher only gives hints)."""
+        if self._executor is None:
+            return None
         with self._lock:
             pending, self._pending = self._pending, None
         if pending is None:
@@ -63,6 +111,9 @@ class Prefetcher:
             following = self.hooks[(position + 1) % len(self.hooks)]
         if following is hook:
             return
+        if self._executor is None:
+            following.advise_weights()
+            return
         future = self._executor.submit(_load, following, self._expected_after(following))
         with self._lock:
             self._pending = (following, future)
@@ -77,7 +128,8 @@ class Prefetcher:
         """Stop the background thread (pending reads are dropped)."""
         with self._lock:
             self._pending = None
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _load(hook: AlignDevicesHook, then: AlignDevicesHook | None) -> dict[str, torch.Tensor]:

@@ -1,14 +1,18 @@
-"""Reading safetensors files: a validated header, and tensors read eagerly into fresh memory.
+"""Reading safetensors files: a validated header, and tensors served from one memory map.
 
 The header is read and checked before anything is loaded, so a truncated or corrupt file is a
-clear error naming the file. ``SafetensorsFile.map`` returns one tensor memory-mapped from the
-file: no copy is made, and the memory is released as soon as the tensor is.
+clear error naming the file. ``SafetensorsFile.map`` returns one tensor as a view of the file's
+memory map, which is made once per file and kept: no copy, no read until the tensor is used, and
+no per-tensor ``open``/``mmap``/header parse (an offloaded model asks for every weight on every
+forward). ``SafetensorsFile.release`` gives a tensor's pages back (``MADV_DONTNEED``): they stay
+in the page cache, and the process's memory stays at what is in use.
 """
 
 from __future__ import annotations
 
 import ctypes
 import json
+import mmap
 import os
 import struct
 import threading
@@ -57,6 +61,10 @@ class SafetensorsFile:
         self.path = str(Path(path).resolve())
         self.entries: dict[str, TensorEntry] = {}
         self.metadata: dict[str, str] = {}
+        self.size = 0
+        self._mapping: mmap.mmap | None = None
+        self._base: int | None = None  # the map's address, for mincore
+        self._mapping_lock = threading.Lock()
         self._parse()
 
     def _fail(self, why: str) -> CheckpointError:
@@ -67,7 +75,7 @@ class SafetensorsFile:
 
     def _parse(self) -> None:
         try:
-            size = os.path.getsize(self.path)
+            size = self.size = os.path.getsize(self.path)
             with open(self.path, "rb") as handle:
                 head = handle.read(8)
                 if len(head) < 8:
@@ -115,17 +123,82 @@ class SafetensorsFile:
         return list(self.entries)
 
     def map(self, name: str) -> torch.Tensor:
-        """Tensor ``name`` memory-mapped from the file: nothing is read until it is used, and
-        the mapping (and the memory it occupies) goes away with the tensor."""
-        from safetensors import safe_open
+        """Tensor ``name`` as a view of the file's memory map: nothing is read until it is used.
 
-        if name not in self.entries:
+        The map is private (copy on write): writing to the tensor never changes the file.
+        """
+        entry = self.entries.get(name)
+        if entry is None:
             raise KeyError(f"{name!r} is not in {self.path}")
-        try:
-            with safe_open(self.path, framework="pt", device="cpu") as handle:
-                return handle.get_tensor(name)
-        except Exception as error:  # the file changed or vanished since it was checked
-            raise CheckpointError(f"cannot read {name!r} from {self.path}: {error}") from None
+        numel = (entry.end - entry.start) // entry.dtype.itemsize
+        if numel == 0:
+            return torch.empty(entry.shape, dtype=entry.dtype)
+        flat = torch.frombuffer(self._mapped(), dtype=entry.dtype, count=numel, offset=entry.start)
+        return flat.view(entry.shape)
+
+    def release(self, name: str) -> None:
+        """Give back the pages of tensor ``name`` that no other tensor shares (the whole pages
+        inside its byte range): the next use reads them again from the page cache."""
+        entry = self.entries.get(name)
+        mapping = self._mapping
+        if entry is None or mapping is None or not hasattr(mmap, "MADV_DONTNEED"):
+            return
+        page = mmap.PAGESIZE
+        start = -(-entry.start // page) * page
+        end = entry.end // page * page
+        if end > start:
+            mapping.madvise(mmap.MADV_DONTNEED, start, end - start)
+
+    def advise(self, name: str) -> None:
+        """Ask the kernel to start reading tensor ``name`` from disk now (``MADV_WILLNEED``),
+        without waiting and without mapping anything: a later use finds it in the page cache.
+
+        Skipped when the tensor's first page is already in the page cache (one ``mincore`` call):
+        asking for pages that are all there costs more than it saves.
+        """
+        entry = self.entries.get(name)
+        if entry is None or entry.end == entry.start or not hasattr(mmap, "MADV_WILLNEED"):
+            return
+        mapping = self._mapped()
+        start = entry.start // mmap.PAGESIZE * mmap.PAGESIZE
+        if self._base is None:
+            self._base = ctypes.addressof(ctypes.c_char.from_buffer(mapping))
+        if not _page_in_memory(self._base + start):
+            mapping.madvise(mmap.MADV_WILLNEED, start, entry.end - start)
+
+    def _mapped(self) -> mmap.mmap:
+        mapping = self._mapping
+        if mapping is not None:
+            return mapping
+        with self._mapping_lock:
+            if self._mapping is None:
+                try:
+                    with open(self.path, "rb") as handle:
+                        size = os.fstat(handle.fileno()).st_size
+                        if size != self.size:
+                            raise CheckpointError(
+                                f"{self.path} changed since its header was read ({self.size} "
+                                f"bytes, now {size}); load the checkpoint again"
+                            )
+                        self._mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_COPY)
+                except OSError as error:
+                    raise CheckpointError(f"cannot map {self.path}: {error}") from None
+            return self._mapping
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True) if os.name == "posix" else None
+_MINCORE = getattr(_LIBC, "mincore", None)
+
+
+def _page_in_memory(address: int) -> bool:
+    """Whether the mapped page at ``address`` (page-aligned) is in memory (the page cache, for a
+    file map); False when the system can't tell (no ``mincore``)."""
+    if _MINCORE is None:
+        return False
+    vector = ctypes.c_ubyte(0)
+    if _MINCORE(ctypes.c_void_p(address), ctypes.c_size_t(1), ctypes.byref(vector)) != 0:
+        return False
+    return bool(vector.value & 1)
 
 
 def _byte_view(tensor: torch.Tensor) -> memoryview:

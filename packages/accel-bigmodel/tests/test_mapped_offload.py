@@ -1,0 +1,135 @@
+"""Offloaded weights served from one memory map per safetensors file: views, not copies; pages
+given back after each use; read-ahead hints; the prefetch setting.
+
+An offloaded model asks for every weight on every forward (each generated token), so the weights
+map must not open, map or parse a file per access, and the memory the pages occupy must go back
+once the module has run (the process stays within its ``max_memory`` budget).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from accel_bigmodel import offload as offload_module
+from accel_bigmodel.offload import OffloadedWeightsLoader
+from accel_bigmodel.prefetch import PREFETCH_VARIABLE, prefetch_mode
+from accel_bigmodel.safetensors_io import CheckpointError, SafetensorsFile, _page_in_memory
+
+MIB = 1 << 20
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.fixture
+def shard(tmp_path):
+    tensors = {
+        "small": torch.arange(6, dtype=torch.float32).reshape(2, 3),
+        "big": torch.randn(4 * MIB),  # 16 MiB of float32
+        "half": torch.arange(10, dtype=torch.bfloat16),
+        "empty": torch.empty(0, 5),
+    }
+    path = tmp_path / "model.safetensors"
+    save_file(tensors, str(path))
+    return path, tensors
+
+
+def test_tensors_are_views_of_one_map_with_the_files_values(shard):
+    path, tensors = shard
+    file = SafetensorsFile(path)
+    mapped = {name: file.map(name) for name in tensors}
+    for name, tensor in tensors.items():
+        assert mapped[name].dtype == tensor.dtype and torch.equal(mapped[name], tensor), name
+    # one map: the distance between two tensors' memory is their distance in the file
+    entries = file.entries
+    distance = mapped["big"].data_ptr() - mapped["small"].data_ptr()
+    assert distance == entries["big"].start - entries["small"].start
+    assert torch.equal(file.map("small"), load_file(str(path))["small"])
+
+
+def test_writing_to_a_mapped_tensor_never_changes_the_file(shard):
+    path, tensors = shard
+    before = path.read_bytes()
+    file = SafetensorsFile(path)
+    file.map("big").fill_(7.0)
+    assert path.read_bytes() == before
+    assert torch.equal(SafetensorsFile(path).map("big"), tensors["big"])
+
+
+def test_release_gives_the_pages_back_and_the_values_stay(shard):
+    path, tensors = shard
+    file = SafetensorsFile(path)
+    big = file.map("big")
+    before = _rss()
+    assert float(big.sum()) == pytest.approx(float(tensors["big"].sum()), rel=1e-5)
+    touched = _rss()
+    assert touched - before > 12 * MIB  # the 16 MiB were mapped in
+    file.release("big")
+    assert touched - _rss() > 12 * MIB  # and given back
+    assert torch.equal(big, tensors["big"])  # read again from the page cache on use
+
+
+def test_read_ahead_hint_and_residency(shard):
+    path, tensors = shard
+    file = SafetensorsFile(path)
+    file.advise("big")  # nothing to check but that it is accepted; the pages are cached anyway
+    file.advise("empty")
+    big = file.map("big")
+    big.sum()
+    page = file.entries["big"].start // os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PAGE_SIZE")
+    assert _page_in_memory(file._base + page) if file._base is not None else True
+
+
+def test_a_file_that_changed_size_is_a_checkpoint_error(shard):
+    path, _ = shard
+    file = SafetensorsFile(path)
+    with open(path, "ab") as handle:
+        handle.write(b"\0" * 16)
+    with pytest.raises(CheckpointError, match="changed since its header was read"):
+        file.map("small")
+
+
+def test_the_weights_map_opens_each_file_once(shard, monkeypatch):
+    path, tensors = shard
+    opened = []
+    real = offload_module.open_safetensors
+    monkeypatch.setattr(offload_module, "open_safetensors", lambda p: opened.append(p) or real(p))
+    index = {
+        name: {"safetensors_file": str(path), "weight_name": name, "dtype": "float32"}
+        for name in ("small", "big")
+    }
+    index["as_double"] = {"safetensors_file": str(path), "weight_name": "small", "dtype": "float64"}
+    weights = OffloadedWeightsLoader(index=index)
+    for _ in range(5):  # five "forwards"
+        for name in index:
+            weights[name]
+            weights.advise(name)
+            weights.release(name)
+    assert opened == [str(path)]
+    assert weights["as_double"].dtype == torch.float64
+    assert torch.equal(weights["as_double"], tensors["small"].double())
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [("", "advise"), ("thread", "thread"), ("1", "thread"), ("advise", "advise"), ("0", None)],
+)
+def test_the_prefetch_setting(monkeypatch, value, mode):
+    monkeypatch.setenv(PREFETCH_VARIABLE, value)
+    assert prefetch_mode(None) == mode
+    assert prefetch_mode(True) == "thread" and prefetch_mode(False) is None
+
+
+def test_a_bad_prefetch_setting_names_the_variable(monkeypatch):
+    monkeypatch.setenv(PREFETCH_VARIABLE, "sometimes")
+    with pytest.raises(ValueError, match=r"ACCEL_OFFLOAD_PREFETCH='sometimes' is not one of"):
+        prefetch_mode(None)
