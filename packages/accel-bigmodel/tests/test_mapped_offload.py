@@ -79,7 +79,7 @@ def test_release_gives_the_pages_back_and_the_values_stay(shard):
 
 
 def test_read_ahead_hint_and_residency(shard):
-    path, tensors = shard
+    path, _ = shard
     file = SafetensorsFile(path)
     file.advise("big")  # nothing to check but that it is accepted; the pages are cached anyway
     file.advise("empty")
@@ -133,3 +133,28 @@ def test_a_bad_prefetch_setting_names_the_variable(monkeypatch):
     monkeypatch.setenv(PREFETCH_VARIABLE, "sometimes")
     with pytest.raises(ValueError, match=r"ACCEL_OFFLOAD_PREFETCH='sometimes' is not one of"):
         prefetch_mode(None)
+
+
+def test_offload_slots_fill_and_empty_without_copies():
+    from torch import nn
+
+    from accel_bigmodel.offload_slots import OffloadSlots
+
+    model = nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2))
+    weights = {name: tensor.detach().clone() for name, tensor in model.state_dict().items()}
+    names = ["0.weight", "0.bias", "1.running_mean"]
+    slots = OffloadSlots(model, names)
+    placeholders = {name: slots.slots[name].placeholder for name in names}
+    assert all(p.device.type == "meta" for p in placeholders.values())
+    values = {name: weights[name] for name in names}
+    values["0.bias"] = values["0.bias"].double()  # another dtype: cast through the slow path
+    slots.fill(values, "cpu")
+    assert model[0].weight.data_ptr() == weights["0.weight"].data_ptr()  # no copy
+    assert model[1].running_mean is weights["1.running_mean"]
+    assert model[0].bias.dtype == torch.float32 and torch.equal(model[0].bias, weights["0.bias"])
+    assert isinstance(model[0].weight, nn.Parameter) and model[0].weight.requires_grad
+    slots.empty()
+    assert model[0].weight is placeholders["0.weight"]
+    assert model[1].running_mean is placeholders["1.running_mean"]
+    with pytest.raises(ValueError, match="Trying to set a tensor of shape"):
+        slots.fill({"0.weight": torch.zeros(5)}, "cpu")

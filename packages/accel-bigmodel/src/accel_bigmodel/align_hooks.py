@@ -15,6 +15,7 @@ from torch import nn
 
 from accel_bigmodel.hooks import ModelHook, add_hook_to_module
 from accel_bigmodel.offload import PrefixedDataset
+from accel_bigmodel.offload_slots import OffloadSlots
 from accel_bigmodel.sizes import named_module_tensors
 from accel_bigmodel.tensors import set_module_tensor_to_device
 from accel_ops import find_device, send_to_device
@@ -27,6 +28,11 @@ DeviceLike = int | str | torch.device
 
 def _is_meta(device: DeviceLike | None) -> bool:
     return device is not None and torch.device(device).type == "meta"
+
+
+def _accelerator_available() -> bool:
+    accelerator = getattr(torch, "accelerator", None)
+    return accelerator is None or bool(accelerator.is_available())
 
 
 class AlignDevicesHook(ModelHook):
@@ -72,6 +78,8 @@ class AlignDevicesHook(ModelHook):
         self.original_devices: dict[str, torch.device] = {}
         self.offloaded_names: list[str] = []
         self.prefetcher: Prefetcher | None = None
+        self._slots: OffloadSlots | None = None
+        self._moves_inputs = True
 
     def __repr__(self) -> str:
         return (
@@ -83,6 +91,13 @@ class AlignDevicesHook(ModelHook):
     def init_hook(self, module: nn.Module) -> nn.Module:
         if _is_meta(self.execution_device):
             return module
+        # With no accelerator in this process every tensor is on the CPU: moving the inputs to
+        # a CPU execution device (and the output back) would only walk them, every forward.
+        self._moves_inputs = not (
+            self.execution_device is not None
+            and torch.device(self.execution_device).type == "cpu"
+            and not _accelerator_available()
+        )
         recurse = self.place_submodules
         if not self.offload:
             if self.execution_device is not None:
@@ -101,8 +116,7 @@ class AlignDevicesHook(ModelHook):
         if self.weights_map is None:
             self.weights_map = {name: tensor.detach().to("cpu") for name, tensor in offloaded}
         self.offloaded_names = [name for name, _ in offloaded]
-        for name in self.offloaded_names:
-            set_module_tensor_to_device(module, name, "meta")
+        self._slots = OffloadSlots(module, self.offloaded_names)
         if self.execution_device is not None:
             kept = set(self.offloaded_names)
             for name, _ in list(module.named_buffers(recurse=recurse)):
@@ -123,17 +137,17 @@ class AlignDevicesHook(ModelHook):
                 advise(name)
 
     def pre_forward(self, module: nn.Module, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
-        if self.io_same_device:
+        if self.io_same_device and self._moves_inputs:
             self.input_device = find_device([args, kwargs])
         if self.offload and self.execution_device is not None:
             values = self.prefetcher.take(self) if self.prefetcher is not None else None
             if values is None:
                 values = self.load_weights()
-            for name, value in values.items():
-                set_module_tensor_to_device(module, name, self.execution_device, value=value)
+            assert self._slots is not None  # made by init_hook whenever offload is True
+            self._slots.fill(values, self.execution_device)
             if self.prefetcher is not None:
                 self.prefetcher.after(self)
-        if self.execution_device is None:
+        if self.execution_device is None or not self._moves_inputs:
             return args, kwargs
         return (
             send_to_device(args, self.execution_device, skip_keys=self.skip_keys),
@@ -142,13 +156,13 @@ class AlignDevicesHook(ModelHook):
 
     def post_forward(self, module: nn.Module, output: Any) -> Any:
         if self.offload and self.execution_device is not None:
-            for name in self.offloaded_names:
-                set_module_tensor_to_device(module, name, "meta")
+            assert self._slots is not None
+            self._slots.empty()
             release = getattr(self.weights_map, "release", None)
             if release is not None:
                 for name in self.offloaded_names:
                     release(name)
-        if self.io_same_device and self.input_device is not None:
+        if self.io_same_device and self.input_device is not None and self._moves_inputs:
             output = send_to_device(output, self.input_device, skip_keys=self.skip_keys)
         return output
 
