@@ -37,51 +37,16 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
 
 from harness import HERE, Context, Row, json_result, run_command, time_command
+from hf_stack import ENVS, OFFLINE, alternate, check_library, median_of
 
 TITLE = (
     "Hugging Face stack on accel (ACCEL_AS_ACCELERATE=1): Trainer, from_pretrained offload, "
     "start-up hook"
 )
 WORKLOADS = HERE / "workloads"
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-#: The environment of each library's runs (its venv's interpreter runs them).
-ENVS = {
-    "accel": {**OFFLINE, "ACCEL_AS_ACCELERATE": "1"},
-    "accelerate": {**OFFLINE, "ACCEL_AS_ACCELERATE": ""},
-}
 NEW_TOKENS = 32
-
-
-def _alternate(
-    ctx: Context, repeats: int, measure: Callable[[str, str, int], dict]
-) -> dict[str, list[dict]]:
-    """``measure(library, python, repeat)`` for each library, alternating, the order flipped every
-    repeat; the results by library."""
-    pythons = {"accel": ctx.python}
-    if ctx.hf_python:
-        pythons["accelerate"] = ctx.hf_python
-    results: dict[str, list[dict]] = {library: [] for library in pythons}
-    order = list(pythons)
-    for repeat in range(repeats):
-        for library in order if repeat % 2 == 0 else order[::-1]:
-            results[library].append(measure(library, pythons[library], repeat))
-    return results
-
-
-def _median(results: dict[str, list[dict]], library: str, key: str) -> float | None:
-    if library not in results:
-        return None
-    return statistics.median(result[key] for result in results[library])
-
-
-def _check_library(library: str, found: str) -> None:
-    """The run used the library it was meant to (``found``: the module of a class it created,
-    ``accel_core...``/``accel_bigmodel...`` under the alias, ``accelerate...`` otherwise)."""
-    if found.split(".")[0].split("_")[0] != library:
-        raise RuntimeError(f"the {library} run used {found}")
 
 
 def _trainer(ctx: Context, model: str) -> tuple[dict, dict]:
@@ -97,7 +62,7 @@ def _trainer(ctx: Context, model: str) -> tuple[dict, dict]:
             env=ENVS[library],
             timeout=900,
         )
-        _check_library(library, result["accelerator"])
+        check_library(library, result["accelerator"])
         if result["world_size"] != 2 or result["steps"] != steps:
             raise RuntimeError(f"{library}: expected 2 processes and {steps} steps, got {result}")
         return result
@@ -106,12 +71,12 @@ def _trainer(ctx: Context, model: str) -> tuple[dict, dict]:
         output = str(ctx.scratch / f"first-step-{library}-{repeat}")
         start = time.time()
         result = json_result([python, script, model, output, "1", "0"], env=ENVS[library])
-        _check_library(library, result["accelerator"])
+        check_library(library, result["accelerator"])
         return {"seconds": result["first_step_end"] - start, "cpu_s": result["first_step_cpu_s"]}
 
     return (
-        _alternate(ctx, repeats, two_processes),
-        _alternate(ctx, first_step_repeats, first_step),
+        alternate(ctx, repeats, two_processes),
+        alternate(ctx, first_step_repeats, first_step),
     )
 
 
@@ -124,10 +89,10 @@ def _offload(ctx: Context, model: str, budget: int) -> dict:
         result = json_result(
             [python, script, model, folder, str(budget), str(NEW_TOKENS)], env=ENVS[library]
         )
-        _check_library(library, result["hook"])
+        check_library(library, result["hook"])
         return result
 
-    results = _alternate(ctx, repeats, load_and_generate)
+    results = alternate(ctx, repeats, load_and_generate)
     first = results["accel"][0]
     for library, runs in results.items():
         for result in runs:
@@ -169,20 +134,20 @@ def run(ctx: Context) -> list[Row]:
     aliased = time_command([ctx.python, "-c", "pass"], starts, env={"ACCEL_AS_ACCELERATE": "1"})
 
     steps, hf_steps = (
-        _median(trainer, "accel", "steps_per_s"),
-        _median(trainer, "accelerate", "steps_per_s"),
+        median_of(trainer, "accel", "steps_per_s"),
+        median_of(trainer, "accelerate", "steps_per_s"),
     )
     cpu, hf_cpu = (
-        _median(trainer, "accel", "cpu_s_per_step"),
-        _median(trainer, "accelerate", "cpu_s_per_step"),
+        median_of(trainer, "accel", "cpu_s_per_step"),
+        median_of(trainer, "accelerate", "cpu_s_per_step"),
     )
     first, hf_first = (
-        _median(first_step, "accel", "seconds"),
-        _median(first_step, "accelerate", "seconds"),
+        median_of(first_step, "accel", "seconds"),
+        median_of(first_step, "accelerate", "seconds"),
     )
     first_cpu, hf_first_cpu = (
-        _median(first_step, "accel", "cpu_s"),
-        _median(first_step, "accelerate", "cpu_s"),
+        median_of(first_step, "accel", "cpu_s"),
+        median_of(first_step, "accelerate", "cpu_s"),
     )
     disk = offload["accel"][0]["disk_layers"]
     layers = made["offload_layers"]
@@ -226,15 +191,15 @@ def run(ctx: Context) -> list[Row]:
             f'from_pretrained device_map="auto", {budget_mb:.0f} MB CPU budget, {disk} of '
             f"{layers} layers on disk ({megabytes:.0f} MB model, warm page cache): load",
             "s",
-            _median(offload, "accel", "load_s"),
-            _median(offload, "accelerate", "load_s"),
+            median_of(offload, "accel", "load_s"),
+            median_of(offload, "accelerate", "load_s"),
             None,
         ),
         Row(
             f"same model: greedy generate, {NEW_TOKENS} new tokens, 1 thread",
             "tokens/s",
-            _median(offload, "accel", "tokens_per_s"),
-            _median(offload, "accelerate", "tokens_per_s"),
+            median_of(offload, "accel", "tokens_per_s"),
+            median_of(offload, "accelerate", "tokens_per_s"),
             None,
         ),
         Row(

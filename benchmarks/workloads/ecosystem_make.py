@@ -49,7 +49,8 @@ OFFLOAD = {
 CPU_LAYERS = {"full": 2, "quick": 1}
 
 
-def save(folder: Path, sizes: dict) -> int:
+def save(folder: Path, sizes: dict, **save_kwargs) -> int:
+    """Write a random Llama of these ``sizes`` (``save_pretrained(**save_kwargs)``); its bytes."""
     config = LlamaConfig(
         **sizes,
         max_position_embeddings=256,
@@ -60,8 +61,17 @@ def save(folder: Path, sizes: dict) -> int:
     )
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
-    model.save_pretrained(folder)
+    model.save_pretrained(folder, **save_kwargs)
     return sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+
+
+def budget(sizes: dict, cpu_layers: int) -> int:
+    """The CPU budget (bytes) under which ``device_map="auto"`` keeps the embeddings and
+    ``cpu_layers`` decoder layers of a float32 model of these ``sizes`` on the CPU."""
+    hidden, inter = sizes["hidden_size"], sizes["intermediate_size"]
+    layer_bytes = 4 * (4 * hidden * hidden + 3 * hidden * inter + 2 * hidden)
+    embedding_bytes = 4 * hidden * sizes["vocab_size"]
+    return int(2 * embedding_bytes + (cpu_layers + 0.5) * layer_bytes)
 
 
 def main() -> None:
@@ -69,9 +79,6 @@ def main() -> None:
     train_bytes = save(folder / "train", TRAIN)
     offload_bytes = save(folder / "offload", OFFLOAD[size])
     sizes = OFFLOAD[size]
-    hidden, inter = sizes["hidden_size"], sizes["intermediate_size"]
-    layer_bytes = 4 * (4 * hidden * hidden + 3 * hidden * inter + 2 * hidden)
-    embedding_bytes = 4 * hidden * sizes["vocab_size"]
     print(
         json.dumps(
             {
@@ -79,7 +86,7 @@ def main() -> None:
                 "offload_bytes": offload_bytes,
                 "offload_layers": sizes["num_hidden_layers"],
                 "cpu_layers": CPU_LAYERS[size],
-                "budget": int(2 * embedding_bytes + (CPU_LAYERS[size] + 0.5) * layer_bytes),
+                "budget": budget(sizes, CPU_LAYERS[size]),
             }
         )
     )

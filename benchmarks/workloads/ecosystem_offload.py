@@ -34,7 +34,9 @@ def load(model_dir: str, offload: Path, budget: int):
     )
 
 
-def generate(model, new_tokens: int) -> torch.Tensor:
+def generate(model, new_tokens: int, **kwargs) -> torch.Tensor:
+    """Greedy ``generate`` of exactly ``new_tokens`` tokens after ``PROMPT`` (``kwargs`` are passed
+    on, e.g. a streamer)."""
     ids = torch.tensor(PROMPT)
     return model.generate(
         ids,
@@ -43,6 +45,7 @@ def generate(model, new_tokens: int) -> torch.Tensor:
         max_new_tokens=new_tokens,
         min_new_tokens=new_tokens,
         pad_token_id=0,
+        **kwargs,
     )
 
 
