@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 SCRIPT = str(JOBS / "device_map_job.py")
 CASES = ["max_memory_text", "max_memory_int", "offload_buffers", "explicit_map"]
 #: Cases of the job that check generation: prefetch settings, and tied embeddings.
-PREFETCH_CASES = {"prefetch_thread": "thread", "prefetch_off": None, "max_memory_text": "advise"}
+PREFETCH_CASES = {"prefetch_thread": "thread", "prefetch_advise": "advise", "prefetch_off": None}
 
 
 def load_job(python: str, assets: Path, root: Path, alias: bool) -> dict:

@@ -46,10 +46,11 @@ CASES = {
     "explicit_map": {"device_map": EXPLICIT},
     "prefetch_thread": {"device_map": "auto", "max_memory": {"cpu": "310KB"}},
     "prefetch_off": {"device_map": "auto", "max_memory": {"cpu": "310KB"}},
+    "prefetch_advise": {"device_map": "auto", "max_memory": {"cpu": "310KB"}},
     "tied_disk": {"device_map": "auto", "max_memory": {"cpu": "200KB"}},
 }
 #: ACCEL_OFFLOAD_PREFETCH for the cases that set it (unset for the others: accel's default).
-PREFETCH = {"prefetch_thread": "thread", "prefetch_off": "0"}
+PREFETCH = {"prefetch_thread": "thread", "prefetch_advise": "advise", "prefetch_off": "0"}
 NEW_TOKENS = 6
 
 

@@ -68,8 +68,9 @@ PLACEMENTS = {
 @pytest.mark.parametrize(
     "prefetch", [False, None, True], ids=["no-prefetch", "read-ahead-hint", "prefetch"]
 )
-def test_outputs_equal_plain_model(checkpoints, tmp_path, kind, placement, prefetch):
+def test_outputs_equal_plain_model(checkpoints, tmp_path, kind, placement, prefetch, monkeypatch):
     folder, expected, ids, _ = checkpoints[kind]
+    monkeypatch.setenv("ACCEL_OFFLOAD_PREFETCH", "advise")  # what prefetch=None follows
     model = _build(kind, empty=True)
     model = load_checkpoint_and_dispatch(
         model,
@@ -88,7 +89,7 @@ def test_outputs_equal_plain_model(checkpoints, tmp_path, kind, placement, prefe
     assert dir_bytes(tmp_path / "offload") == 0
     if prefetch and placement != "cpu":
         assert model._accel_prefetcher.hits > 0
-    if prefetch is None and placement != "cpu":  # the default: the kernel's read-ahead only
+    if prefetch is None and placement != "cpu":  # the kernel's read-ahead only
         assert model._accel_prefetcher.threaded is False and model._accel_prefetcher.hits == 0
 
 

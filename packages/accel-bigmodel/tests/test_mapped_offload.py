@@ -121,7 +121,7 @@ def test_the_weights_map_opens_each_file_once(shard, monkeypatch):
 
 @pytest.mark.parametrize(
     ("value", "mode"),
-    [("", "advise"), ("thread", "thread"), ("1", "thread"), ("advise", "advise"), ("0", None)],
+    [("", None), ("thread", "thread"), ("1", "thread"), ("advise", "advise"), ("0", None)],
 )
 def test_the_prefetch_setting(monkeypatch, value, mode):
     monkeypatch.setenv(PREFETCH_VARIABLE, value)
@@ -158,3 +158,40 @@ def test_offload_slots_fill_and_empty_without_copies():
     assert model[1].running_mean is placeholders["1.running_mean"]
     with pytest.raises(ValueError, match="Trying to set a tensor of shape"):
         slots.fill({"0.weight": torch.zeros(5)}, "cpu")
+
+
+class _FakeHook:
+    def __init__(self, size: int) -> None:
+        self.size, self.advised = size, 0
+
+    def offloaded_bytes(self) -> int:
+        return self.size
+
+    def advise_weights(self) -> None:
+        self.advised += 1
+
+
+def test_read_ahead_asks_for_each_module_once_per_pass_within_the_window():
+    from accel_bigmodel.read_ahead import ReadAhead
+
+    hooks = [_FakeHook(10) for _ in range(6)]
+    ahead = ReadAhead(hooks, window_bytes=25)
+    ahead.after(hooks[0])
+    assert [h.advised for h in hooks] == [0, 1, 1, 1, 0, 0]  # 30 bytes >= 25 after module 0
+    for hook in hooks[1:]:
+        ahead.after(hook)
+    # one pass: modules 1-5 asked for once, and the next pass's 0, 1, 2 already (window)
+    assert [h.advised for h in hooks] == [1, 2, 2, 1, 1, 1]
+    for _ in range(3):  # three more passes (tokens): once per module per pass
+        for hook in hooks:
+            ahead.after(hook)
+    assert [h.advised for h in hooks] == [4, 5, 5, 4, 4, 4]
+    assert ahead.take(hooks[0]) is None
+
+
+def test_read_ahead_never_asks_beyond_one_pass():
+    from accel_bigmodel.read_ahead import ReadAhead
+
+    hooks = [_FakeHook(1) for _ in range(3)]
+    ReadAhead(hooks, window_bytes=1000).after(hooks[0])
+    assert [h.advised for h in hooks] == [0, 1, 1]  # not the running module itself

@@ -22,6 +22,7 @@ from accel_ops import find_device, send_to_device
 
 if TYPE_CHECKING:
     from accel_bigmodel.prefetch import Prefetcher
+    from accel_bigmodel.read_ahead import ReadAhead
 
 DeviceLike = int | str | torch.device
 
@@ -51,8 +52,9 @@ class AlignDevicesHook(ModelHook):
         skip_keys: keys of dict inputs/outputs that are not moved.
         tied_params_map: accepted for compatibility with Accelerate; not used.
 
-    Set ``hook.prefetcher`` (``dispatch_model(..., prefetch=True)`` does) to read the next
-    offloaded module's weights in a background thread while this one computes.
+    ``hook.prefetcher`` reads ahead: ``dispatch_model(prefetch=True)`` sets a ``Prefetcher`` (the
+    next module's weights read in a background thread while this one computes), and
+    ``ACCEL_OFFLOAD_PREFETCH=advise`` a ``ReadAhead`` (hints to the kernel).
     """
 
     def __init__(
@@ -77,7 +79,7 @@ class AlignDevicesHook(ModelHook):
         self.input_device: torch.device | None = None
         self.original_devices: dict[str, torch.device] = {}
         self.offloaded_names: list[str] = []
-        self.prefetcher: Prefetcher | None = None
+        self.prefetcher: Prefetcher | ReadAhead | None = None
         self._slots: OffloadSlots | None = None
         self._moves_inputs = True
 
@@ -128,6 +130,15 @@ class AlignDevicesHook(ModelHook):
         """Read this module's offloaded tensors from the weights map (CPU tensors)."""
         assert self.weights_map is not None  # set by init_hook whenever offload is True
         return {name: self.weights_map[name] for name in self.offloaded_names}
+
+    def offloaded_bytes(self) -> int:
+        """Bytes of this module's offloaded tensors (0 without offload)."""
+        if self._slots is None:
+            return 0
+        return sum(
+            slot.placeholder.numel() * slot.placeholder.element_size()
+            for slot in self._slots.slots.values()
+        )
 
     def advise_weights(self) -> None:
         """Hint the weights map to start reading this module's offloaded tensors from disk."""

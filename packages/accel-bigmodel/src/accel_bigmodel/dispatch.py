@@ -19,6 +19,7 @@ from accel_bigmodel.offload import (
     offload_state_dict,
 )
 from accel_bigmodel.prefetch import Prefetcher, prefetch_mode
+from accel_bigmodel.read_ahead import ReadAhead
 from accel_bigmodel.sizes import named_module_tensors
 from accel_bigmodel.tensors import set_module_tensor_to_device
 from accel_bigmodel.tied import find_tied_parameters, retie_parameters
@@ -53,8 +54,8 @@ def dispatch_model(
 
     ``prefetch=True`` reads the next offloaded block's weights in a background thread while the
     current one computes (outputs are bit-identical; one extra block's weights in memory);
-    ``False`` reads nothing ahead; ``None`` (the default) follows ``ACCEL_OFFLOAD_PREFETCH``, else
-    only asks the kernel to read the next block ahead (see
+    ``False`` reads nothing ahead; ``None`` (the default) follows ``ACCEL_OFFLOAD_PREFETCH``
+    (``advise``: only ask the kernel to read the next blocks ahead), else reads nothing ahead (see
     :func:`accel_bigmodel.prefetch.prefetch_mode`).
     """
     mode = prefetch_mode(prefetch)
@@ -136,7 +137,7 @@ def dispatch_model(
             if isinstance(getattr(m, "_hf_hook", None), AlignDevicesHook) and m._hf_hook.offload
         ]
         if hooks:
-            prefetcher = Prefetcher(hooks, threaded=mode == "thread")
+            prefetcher = Prefetcher(hooks) if mode == "thread" else ReadAhead(hooks)
             for hook in hooks:
                 hook.prefetcher = prefetcher
             model._accel_prefetcher = prefetcher

@@ -9,12 +9,9 @@ faults in the pages of the memory-mapped tensors of the first, and on a GPU copi
 a side stream. One task is in flight at a time, so at most one extra module's weights are held.
 The same bytes are read either way, so outputs are bit-identical with and without prefetching.
 
-``threaded=False`` keeps only the read-ahead hint: when hook H runs, the kernel is asked to start
-reading the next module's weights (``MADV_WILLNEED``), and nothing else happens off the compute
-thread. With a cold page cache the disk works while H computes; with a warm one the hint costs a
-system call per tensor. A background thread, by contrast, costs more than it saves on CPU-only
-runs with a warm cache (it competes with the compute thread for the interpreter), so
-``dispatch_model`` uses the hint by default (see :func:`prefetch_mode`).
+The thread costs more than it saves on CPU-only runs with a warm page cache (it competes with the
+compute thread for the interpreter); :class:`~accel_bigmodel.read_ahead.ReadAhead` only gives
+the kernel read-ahead hints. Neither is on by default (see :func:`prefetch_mode`).
 """
 
 from __future__ import annotations
@@ -34,7 +31,7 @@ PrefetchMode = Literal["thread", "advise"]
 PREFETCH_VARIABLE = "ACCEL_OFFLOAD_PREFETCH"
 _MODES: dict[str, PrefetchMode | None] = {
     "thread": "thread", "1": "thread", "true": "thread", "yes": "thread", "on": "thread",
-    "advise": "advise", "auto": "advise",
+    "advise": "advise",
     "0": None, "false": None, "no": None, "off": None,
 }  # fmt: skip
 
@@ -42,9 +39,9 @@ _MODES: dict[str, PrefetchMode | None] = {
 def prefetch_mode(prefetch: bool | None) -> PrefetchMode | None:
     """What ``dispatch_model(prefetch=...)`` does: ``True`` reads ahead in a background thread,
     ``False`` not at all; ``None`` (the default, and what transformers passes) follows
-    ``ACCEL_OFFLOAD_PREFETCH`` (``thread``/``1``, ``advise``/``auto``, ``0``), else the
-    read-ahead hint only (``"advise"``): never slower with a warm page cache, and it lets the
-    disk work ahead with a cold one.
+    ``ACCEL_OFFLOAD_PREFETCH`` (``thread``/``1``, ``advise``, ``0``), else reads nothing ahead.
+    Measured on CPU (benchmarks/RESULTS.md), neither way of reading ahead was faster than none,
+    with a warm page cache or a cold one, and the thread was slower: so none is the default.
 
     Raises:
         ValueError: ``ACCEL_OFFLOAD_PREFETCH`` holds another value.
@@ -53,10 +50,10 @@ def prefetch_mode(prefetch: bool | None) -> PrefetchMode | None:
         return "thread" if prefetch else None
     value = os.environ.get(PREFETCH_VARIABLE, "").strip().lower()
     if not value:
-        return "advise"
+        return None
     if value not in _MODES:
         raise ValueError(
-            f"{PREFETCH_VARIABLE}={value!r} is not one of thread (or 1), advise (or auto), 0: "
+            f"{PREFETCH_VARIABLE}={value!r} is not one of thread (or 1), advise, 0: "
             "thread reads the next offloaded block in a background thread, advise only asks the "
             "kernel to read it ahead, 0 does neither."
         )
@@ -64,28 +61,23 @@ def prefetch_mode(prefetch: bool | None) -> PrefetchMode | None:
 
 
 class Prefetcher:
-    """Reads ahead for a list of offloading hooks given in definition order: in a background
-    thread (``threaded=True``) or only through the kernel's read-ahead hint."""
+    """Background reads for a list of offloading hooks given in definition order."""
 
-    def __init__(self, hooks: list[AlignDevicesHook], threaded: bool = True) -> None:
-        self.threaded = threaded
+    threaded = True
+
+    def __init__(self, hooks: list[AlignDevicesHook]) -> None:
         self.hooks = list(hooks)
         self._position = {id(h): i for i, h in enumerate(self.hooks)}
         self._successor: dict[int, AlignDevicesHook] = {}
         self._last: AlignDevicesHook | None = None
         self._pending: tuple[AlignDevicesHook, Future] | None = None
-        self._executor: ThreadPoolExecutor | None = None
-        if threaded:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-prefetch")
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="accel-prefetch")
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     def take(self, hook: AlignDevicesHook) -> dict[str, torch.Tensor] | None:
-        """The weights prefetched for ``hook``, or None if another module's were prefetched (or
-        the prefetcher only gives hints)."""
-        if self._executor is None:
-            return None
+        """The weights prefetched for ``hook``, or None if another module's were prefetched."""
         with self._lock:
             pending, self._pending = self._pending, None
         if pending is None:
@@ -111,9 +103,6 @@ class Prefetcher:
             following = self.hooks[(position + 1) % len(self.hooks)]
         if following is hook:
             return
-        if self._executor is None:
-            following.advise_weights()
-            return
         future = self._executor.submit(_load, following, self._expected_after(following))
         with self._lock:
             self._pending = (following, future)
@@ -128,8 +117,7 @@ class Prefetcher:
         """Stop the background thread (pending reads are dropped)."""
         with self._lock:
             self._pending = None
-        if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+        self._executor.shutdown(wait=True, cancel_futures=True)
 
 
 def _load(hook: AlignDevicesHook, then: AlignDevicesHook | None) -> dict[str, torch.Tensor]:
