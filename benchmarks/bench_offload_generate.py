@@ -10,8 +10,9 @@ imports neither library): ``from_pretrained(path, device_map="auto", max_memory=
 offload_folder=..., dtype=torch.float32)``, one warm-up load then 3 timed (load: their median), then
 on 1 thread (``torch.set_num_threads(1)``) a 2-token warm-up ``generate`` and the timed greedy one
 of 32 new tokens (``do_sample=False``, ``min_new_tokens`` = ``max_new_tokens``; tokens/s over the
-whole call, prompt pass included). Runs alternate accel/Accelerate, the order flipping every repeat;
-figures are medians over 3 runs per library (1 with --quick). The section fails if a run used the
+whole call, prompt pass included; also per CPU second of the process, steadier on a loaded
+machine). Runs alternate accel/Accelerate, the order flipping every repeat;
+figures are medians over 5 runs per library (1 with --quick). The section fails if a run used the
 other library (module of the hook on the last layer), if the generated tokens differ between any
 two runs, or if the libraries place a different number of layers on disk.
 
@@ -80,7 +81,7 @@ MB = 2**20
 def _runs(ctx: Context, model: str, budget: int, copy: str | None) -> dict[str, list[dict]]:
     """Alternating runs of workloads/offload_generate.py, warm, then cold on ``copy`` (a copy of
     the checkpoint) unless that is ``None``; each checked for the library it used."""
-    repeats = 1 if ctx.quick else 3
+    repeats = 1 if ctx.quick else 5
     script = str(WORKLOADS / "offload_generate.py")
 
     def load_and_generate(library: str, python: str, repeat: int) -> dict:
@@ -149,6 +150,8 @@ def _warm_rows(results: dict[str, list[dict]], label: str, factor: float, memory
     hf_load = median_of(results, "accelerate", "load_s")
     rate = median_of(results, "accel", "warm_tokens_per_s")
     hf_rate = median_of(results, "accelerate", "warm_tokens_per_s")
+    cpu_rate = median_of(results, "accel", "warm_tokens_per_cpu_s")
+    hf_cpu_rate = median_of(results, "accelerate", "warm_tokens_per_cpu_s")
     rss = median_of(results, "accel", "warm_peak_rss")
     hf_rss = median_of(results, "accelerate", "warm_peak_rss")
     return [
@@ -169,6 +172,13 @@ def _warm_rows(results: dict[str, list[dict]], label: str, factor: float, memory
             None,
             f">= {factor}x Accelerate",
             _higher(rate, hf_rate, factor),
+        ),
+        Row(
+            "same: tokens per CPU second of the process (process time: less disturbed than the "
+            "wall clock by other load on the machine; the run is 1-threaded)",
+            "tokens/s",
+            cpu_rate,
+            hf_cpu_rate,
         ),
         Row(
             f"same: peak RSS of the process during generate "

@@ -109,13 +109,16 @@ def timed_generate(model, new_tokens: int) -> dict:
     stamps = TokenTimes()
     rss_before = status_bytes("VmRSS")
     method = reset_peak_rss()
+    cpu_start = time.process_time()
     start = time.perf_counter()
     out = generate(model, new_tokens, streamer=stamps)
     seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
     peak = peak_rss(method)
     tokens = out[0, len(PROMPT[0]) :].tolist()
     return {
         "tokens_per_s": len(tokens) / seconds,
+        "tokens_per_cpu_s": len(tokens) / cpu_seconds,
         "first_token_s": stamps.times[1] - start,
         "tokens": tokens,
         "peak_rss": peak,
