@@ -39,7 +39,7 @@ import statistics
 import time
 
 from harness import HERE, Context, Row, json_result, run_command, time_command
-from hf_stack import ENVS, OFFLINE, alternate, check_library, median_of
+from hf_stack import ENVS, OFFLINE, alternate, check_library, differing_tokens_row, median_of
 
 TITLE = (
     "Hugging Face stack on accel (ACCEL_AS_ACCELERATE=1): Trainer, from_pretrained offload, "
@@ -155,10 +155,6 @@ def run(ctx: Context) -> list[Row]:
     budget_mb = made["budget"] / 2**20
     # "nothing measurable": less than the run-to-run spread of the interpreter start it adds to
     limit_ns = spread * 1e9
-    differing = None
-    if "accelerate" in offload:
-        pairs = zip(offload["accel"][0]["tokens"], offload["accelerate"][0]["tokens"], strict=True)
-        differing = sum(a != b for a, b in pairs)
     return [
         Row(
             "Trainer steps/s, 2 processes (torchrun, gloo; Llama 4 x 128, seq 128, batch 4 per "
@@ -202,14 +198,9 @@ def run(ctx: Context) -> list[Row]:
             median_of(offload, "accelerate", "tokens_per_s"),
             None,
         ),
-        Row(
-            "generated tokens differing from Accelerate's",
-            "tokens",
-            differing,
-            None,
-            None,
-            "0",
-            None if differing is None else differing == 0,
+        differing_tokens_row(
+            offload["accel"][0]["tokens"],
+            offload["accelerate"][0]["tokens"] if "accelerate" in offload else None,
         ),
         Row("python -c pass (hook installed, ACCEL_AS_ACCELERATE unset)", "s", bare),
         Row("same: standard deviation over the starts", "s", spread),

@@ -67,7 +67,7 @@ import shutil
 import statistics
 
 from harness import HERE, Context, Row, json_result
-from hf_stack import ENVS, OFFLINE, alternate, check_library, median_of
+from hf_stack import ENVS, OFFLINE, alternate, check_library, differing_tokens_row, medians
 
 TITLE = (
     "Big-model inference through transformers: offloaded generate "
@@ -146,14 +146,10 @@ def _warm_rows(results: dict[str, list[dict]], label: str, factor: float, memory
     first = results["accel"][0]
     offloaded, in_memory = first["offloaded_bytes"], first["in_memory_bytes"]
     limit = memory / (offloaded + in_memory)
-    load = median_of(results, "accel", "load_s")
-    hf_load = median_of(results, "accelerate", "load_s")
-    rate = median_of(results, "accel", "warm_tokens_per_s")
-    hf_rate = median_of(results, "accelerate", "warm_tokens_per_s")
-    cpu_rate = median_of(results, "accel", "warm_tokens_per_cpu_s")
-    hf_cpu_rate = median_of(results, "accelerate", "warm_tokens_per_cpu_s")
-    rss = median_of(results, "accel", "warm_peak_rss")
-    hf_rss = median_of(results, "accelerate", "warm_peak_rss")
+    load, hf_load = medians(results, "load_s")
+    rate, hf_rate = medians(results, "warm_tokens_per_s")
+    cpu_rate, hf_cpu_rate = medians(results, "warm_tokens_per_cpu_s")
+    rss, hf_rss = medians(results, "warm_peak_rss")
     return [
         Row(
             f"{label}: from_pretrained load",
@@ -212,12 +208,9 @@ def _cold_rows(results: dict[str, list[dict]], memory: float, disk: float) -> li
     limit = 1 / (offloaded / disk + in_memory / memory)
     found = _all(results, "cold_cached_after_drop") + _all(results, "disk_cached_after_drop")
     cached = None if None in found else max(found)
-    rate = median_of(results, "accel", "cold_first_token_per_s")
-    hf_rate = median_of(results, "accelerate", "cold_first_token_per_s")
-    rss = median_of(results, "accel", "cold_peak_rss")
-    hf_rss = median_of(results, "accelerate", "cold_peak_rss")
-    whole = median_of(results, "accel", "cold_tokens_per_s")
-    hf_whole = median_of(results, "accelerate", "cold_tokens_per_s")
+    rate, hf_rate = medians(results, "cold_first_token_per_s")
+    rss, hf_rss = medians(results, "cold_peak_rss")
+    whole, hf_whole = medians(results, "cold_tokens_per_s")
     return [
         Row(
             "disk-only, cold (a fresh load of a copy of the checkpoint, its offloaded weights "
@@ -301,23 +294,14 @@ def run(ctx: Context) -> list[Row]:
         f"cpu+disk, warm ({split['accel'][0]['disk_layers']} of {layers} layers on disk, "
         f"{made['split_budget'] / MB:.0f} MB CPU budget)"
     )
-    differing = None
-    if "accelerate" in disk:
-        differing = sum(
-            a != b for a, b in zip(tokens, disk["accelerate"][0]["warm_tokens"], strict=True)
-        )
     return [
         *_warm_rows(disk, disk_label, 1.5, memory),
         *_cold_rows(disk, memory, disk_bandwidth),
         *_warm_rows(split, split_label, 1.3, memory),
-        Row(
+        differing_tokens_row(
+            tokens,
+            disk["accelerate"][0]["warm_tokens"] if "accelerate" in disk else None,
             "generated tokens differing from Accelerate's (the section fails unless every run of "
             "both libraries, warm and cold, generates the same tokens)",
-            "tokens",
-            differing,
-            None,
-            None,
-            "0",
-            None if differing is None else differing == 0,
         ),
     ]

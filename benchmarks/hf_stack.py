@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from harness import Context
+from harness import Context, Row
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 #: The environment of each library's runs (its venv's interpreter runs them).
@@ -42,6 +42,26 @@ def median_of(results: dict[str, list[dict]], library: str, key: str) -> float |
     if library not in results:
         return None
     return statistics.median(result[key] for result in results[library])
+
+
+def medians(results: dict[str, list[dict]], key: str) -> tuple[float, float | None]:
+    """The medians of ``key`` over accel's runs and over Accelerate's (``None`` if it did not
+    run)."""
+    ours = median_of(results, "accel", key)
+    assert ours is not None  # accel always runs
+    return ours, median_of(results, "accelerate", key)
+
+
+def differing_tokens_row(
+    ours: list[int],
+    theirs: list[int] | None,
+    measure: str = "generated tokens differing from Accelerate's",
+) -> Row:
+    """The row counting generated tokens that differ between the libraries (target 0)."""
+    differing = None if theirs is None else sum(a != b for a, b in zip(ours, theirs, strict=True))
+    return Row(
+        measure, "tokens", differing, None, None, "0", None if differing is None else differing == 0
+    )
 
 
 def check_library(library: str, found: str) -> None:

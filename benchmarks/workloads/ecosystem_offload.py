@@ -60,18 +60,26 @@ def disk_layers(model) -> int:
     return count
 
 
-def main() -> None:
-    model_dir, root = sys.argv[1], Path(sys.argv[2])
-    budget, new_tokens = int(sys.argv[3]), int(sys.argv[4])
-    torch.set_num_threads(1)
+def timed_loads(model_dir: str, root: Path, budget: int) -> tuple[torch.nn.Module, list[float]]:
+    """A warm-up load, then :data:`LOADS` timed ones, each into a fresh offload folder under
+    ``root`` (``timed-<i>``); the last model (in eval mode) and the seconds of each load."""
     load(model_dir, root / "warm-up", budget)
     times = []
+    model = None
     for index in range(LOADS):
         model = None  # the previous load is freed before the next starts
         start = time.perf_counter()
         model = load(model_dir, root / f"timed-{index}", budget)
         times.append(time.perf_counter() - start)
-    model.eval()
+    assert model is not None
+    return model.eval(), times
+
+
+def main() -> None:
+    model_dir, root = sys.argv[1], Path(sys.argv[2])
+    budget, new_tokens = int(sys.argv[3]), int(sys.argv[4])
+    torch.set_num_threads(1)
+    model, times = timed_loads(model_dir, root, budget)
     with torch.no_grad():
         generate(model, 2)
         start = time.perf_counter()

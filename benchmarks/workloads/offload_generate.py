@@ -59,7 +59,7 @@ from transformers.generation.streamers import BaseStreamer
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bigmodel_load import drop_from_page_cache
-from ecosystem_offload import LOADS, PROMPT, disk_layers, generate, load
+from ecosystem_offload import LOADS, PROMPT, disk_layers, generate, load, timed_loads
 
 CHUNK = 16 * 2**20
 
@@ -269,14 +269,7 @@ def main() -> None:
     model_dir, root = sys.argv[1], Path(sys.argv[2])
     budget, new_tokens, mode = int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     torch.set_num_threads(1)
-    load(model_dir, root / "warm-up", budget)
-    times = []
-    for index in range(LOADS):
-        model = None  # the previous load is freed before the next starts
-        start = time.perf_counter()
-        model = load(model_dir, root / f"timed-{index}", budget)
-        times.append(time.perf_counter() - start)
-    model.eval()
+    model, times = timed_loads(model_dir, root, budget)
     result = {}
     with torch.no_grad():
         generate(model, 2)

@@ -72,7 +72,7 @@ def test_prefetch_settings_reach_the_dispatched_model(accel_job):
 
 def test_tied_embeddings_offloaded_to_disk(accel_job):
     maps = accel_job["maps"]["tied_disk"]["device_map"]
-    assert "disk" in maps.values() and maps.get("lm_head", "cpu") in ("cpu", "disk")
+    assert "disk" in maps.values()
     logits = accel_job["logits"]
     assert torch.equal(logits["tied_disk"], logits["tied_plain"])
     assert not torch.equal(logits["tied_plain"], logits["plain"])  # the tie changed the model

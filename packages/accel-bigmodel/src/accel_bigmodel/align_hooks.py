@@ -7,6 +7,7 @@ they run), ``attach_align_device_hook`` (offloaded weights, one hook per module 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ def _is_meta(device: DeviceLike | None) -> bool:
     return device is not None and torch.device(device).type == "meta"
 
 
+@functools.cache
 def _accelerator_available() -> bool:
     accelerator = getattr(torch, "accelerator", None)
     return accelerator is None or bool(accelerator.is_available())

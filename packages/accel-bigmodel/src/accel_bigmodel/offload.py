@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +85,15 @@ def load_offloaded_weight(
 
 
 def read_index_entry(
-    folder: str | os.PathLike | None, key: str, info: Mapping[str, Any]
+    folder: str | os.PathLike | None,
+    key: str,
+    info: Mapping[str, Any],
+    open_file: Callable[[str], SafetensorsFile] = open_safetensors,
 ) -> torch.Tensor:
-    """Read the tensor an offload index entry describes (a ``.dat`` file or a safetensors key)."""
+    """Read the tensor an offload index entry describes (a ``.dat`` file or a safetensors key;
+    ``open_file`` gives the safetensors file of a path)."""
     if info.get("safetensors_file") is not None:
-        tensor = open_safetensors(info["safetensors_file"]).map(info.get("weight_name", key))
+        tensor = open_file(info["safetensors_file"]).map(info.get("weight_name", key))
         wanted = parse_dtype(info["dtype"]) if info.get("dtype") else None
         return tensor if wanted is None or tensor.dtype == wanted else tensor.to(wanted)
     if folder is None:
@@ -176,31 +180,26 @@ class OffloadedWeightsLoader(Mapping):
         self.device = device
         self._files: dict[str, SafetensorsFile] = {}
 
-    def _in_safetensors(self, key: str) -> tuple[SafetensorsFile, str, dict[str, Any]] | None:
-        """The file, name and index entry of ``key`` when it references a safetensors file."""
-        info = self.index.get(key)
-        if info is None or info.get("safetensors_file") is None:
-            return None
-        path = info["safetensors_file"]
+    def _file(self, path: str) -> SafetensorsFile:
+        """The safetensors file at ``path``, opened (header read, checked) once per loader."""
         file = self._files.get(path)
         if file is None:
             file = self._files[path] = open_safetensors(path)
-        return file, info.get("weight_name", key), info
+        return file
+
+    def _in_safetensors(self, key: str) -> tuple[SafetensorsFile, str] | None:
+        """The file and tensor name of ``key`` when it references a safetensors file."""
+        info = self.index.get(key)
+        if info is None or info.get("safetensors_file") is None:
+            return None
+        return self._file(info["safetensors_file"]), info.get("weight_name", key)
 
     def __getitem__(self, key: str) -> torch.Tensor:
         if key in self.state_dict:
             return self.state_dict[key]
         if key not in self.index:
             raise KeyError(key)
-        found = self._in_safetensors(key)
-        if found is None:
-            tensor = read_index_entry(self.save_folder, key, self.index[key])
-        else:
-            file, name, info = found
-            tensor = file.map(name)
-            wanted = parse_dtype(info["dtype"]) if info.get("dtype") else None
-            if wanted is not None and tensor.dtype != wanted:
-                tensor = tensor.to(wanted)
+        tensor = read_index_entry(self.save_folder, key, self.index[key], self._file)
         return tensor if self.device is None else tensor.to(self.device)
 
     def release(self, key: str) -> None:

@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
-from accel_core.data_loader.progress import LoaderProgress, restore_epoch_start, restore_positioned
+from accel_core.data_loader.progress import LoaderProgress, TracksProgress, restore_positioned
 from accel_core.data_loader.samplers import get_sampler, sampler_length
 from accel_core.gradient_state import GradientState
 
@@ -37,7 +37,7 @@ def _is_datapipe(dataset: Any) -> bool:
     return isinstance(dataset, IterDataPipe)
 
 
-class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
+class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin, TracksProgress):
     """A ``DataLoader`` read on the main process only, whose batches are broadcast and sliced.
 
     Process 0 reads one batch (``split_batches=True``) or ``num_processes`` batches concatenated
@@ -97,15 +97,6 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         self._layout: Any = None  # the batch layout the other processes last received
         self._first_samples: Any = None  # the epoch's first samples (complete a short last batch)
         self.reset()
-
-    @property
-    def iteration(self) -> int:
-        """The epoch of the iteration in progress, or of the next one."""
-        return self.progress.epoch
-
-    @iteration.setter
-    def iteration(self, epoch: int) -> None:
-        self.progress.epoch = epoch
 
     def _batches_already_consumed(self) -> int:
         """Steps of the epoch this iteration starts after (the resume point must match)."""
@@ -201,9 +192,7 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin):
         self._layout = None
         progress = self.progress
         skipped = self._batches_already_consumed()
-        resume = progress.take_resume(skipped, type(self).__name__)
-        if resume is not None:
-            restore_epoch_start(resume, None)
+        resume = progress.resume_here(skipped, type(self).__name__, None)
         self.begin()
         try:
             self.set_epoch(progress.epoch)

@@ -77,6 +77,17 @@ class LoaderProgress:
             "torch_state": None,
         }
 
+    def resume_here(
+        self, skipped: int, what: str, generator: torch.Generator | None
+    ) -> ResumePoint | None:
+        """At the start of an iteration ``skipped`` batches in: take the pending resume point
+        (:meth:`take_resume`) and, if this iteration resumes it, put the generators back where
+        the saved epoch began."""
+        resume = self.take_resume(skipped, what)
+        if resume is not None:
+            restore_epoch_start(resume, generator)
+        return resume
+
     def take_resume(self, skipped: int, what: str) -> ResumePoint | None:
         """The pending resume point, if this iteration resumes it (``skipped`` batches in)."""
         resume, self.resume = self.resume, None
@@ -108,3 +119,18 @@ def restore_positioned(resume: ResumePoint | None) -> None:
         from accel_core.checkpointing import rng_states
 
         rng_states.restore(resume.rng_states)
+
+
+class TracksProgress:
+    """The ``iteration`` of a prepared loader that keeps a :class:`LoaderProgress`."""
+
+    progress: LoaderProgress
+
+    @property
+    def iteration(self) -> int:
+        """The epoch of the iteration in progress, or of the next one."""
+        return self.progress.epoch
+
+    @iteration.setter
+    def iteration(self, epoch: int) -> None:
+        self.progress.epoch = epoch

@@ -10,12 +10,12 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
 
 from accel_core.data_loader.iterable_shard import IterableDatasetShard
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
-from accel_core.data_loader.progress import LoaderProgress, restore_epoch_start, restore_positioned
+from accel_core.data_loader.progress import LoaderProgress, TracksProgress, restore_positioned
 from accel_core.data_loader.samplers import get_sampler, sampler_length
 from accel_core.gradient_state import GradientState
 
 
-class DataLoaderShard(DataLoader, DataLoaderStateMixin):
+class DataLoaderShard(DataLoader, DataLoaderStateMixin, TracksProgress):
     """A ``DataLoader`` that yields this process's batches and places them on ``device``.
 
     Build it with a sharded batch sampler (:class:`BatchSamplerShard`) or a sharded iterable
@@ -69,15 +69,6 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
         self._non_blocking = _non_blocking
         self.reset()
 
-    @property
-    def iteration(self) -> int:
-        """The epoch of the iteration in progress, or of the next one."""
-        return self.progress.epoch
-
-    @iteration.setter
-    def iteration(self, epoch: int) -> None:
-        self.progress.epoch = epoch
-
     def _batches_already_consumed(self) -> int:
         """Batches of the epoch this iteration starts after (the resume point must match)."""
         return self._skipped_by_sampler + self.skip_batches
@@ -89,9 +80,7 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin):
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
         progress = self.progress
         skipped = self._batches_already_consumed()
-        resume = progress.take_resume(skipped, type(self).__name__)
-        if resume is not None:
-            restore_epoch_start(resume, self.synchronized_generator)
+        resume = progress.resume_here(skipped, type(self).__name__, self.synchronized_generator)
         self.begin()
         try:
             self.set_epoch(progress.epoch)

@@ -33,7 +33,25 @@ from accel_core.data_loader.shard_loader import DataLoaderShard
 from accel_core.data_loader.skip import SkipDataLoader
 
 
-class _ReadAheadPosition:
+class _Restorable:
+    """``load_state_dict`` for a loader that is a ``StatefulDataLoader``: the next iteration
+    continues from the state, and asks :meth:`_restored` once whether it does."""
+
+    _stateful = True
+    _state_loaded = False
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Continue from ``state_dict`` at the next iteration."""
+        self._state_loaded = True
+        StatefulDataLoader.load_state_dict(self, state_dict)  # type: ignore[arg-type]
+
+    def _restored(self) -> bool:
+        """Whether a state was loaded since the last iteration began (answered once)."""
+        loaded, self._state_loaded = self._state_loaded, False
+        return loaded
+
+
+class _ReadAheadPosition(_Restorable):
     """The position of a loader that reads ahead, recorded before each read-ahead.
 
     An iteration left before its end (a ``break``) keeps its last position: that is where the
@@ -46,10 +64,8 @@ class _ReadAheadPosition:
     loader's progress is told so, and the checkpoint's resume point applies to that iteration.
     """
 
-    _stateful = True
     _position: dict[str, Any] | None = None
     _iteration: object | None = None
-    _state_loaded = False
     progress: LoaderProgress
 
     def _iterate_recording(self, batches: Iterator[Any]) -> Iterator[Any]:
@@ -64,9 +80,9 @@ class _ReadAheadPosition:
         self._position = StatefulDataLoader.state_dict(self)  # type: ignore[arg-type]
 
     def _batches_already_consumed(self) -> int:
-        loaded, self._state_loaded = self._state_loaded, False
+        restored = self._restored()
         resume = self.progress.resume
-        if loaded and resume is not None:
+        if restored and resume is not None:
             return resume.batches
         return super()._batches_already_consumed()  # type: ignore[misc]
 
@@ -77,11 +93,6 @@ class _ReadAheadPosition:
             state["_iterator_finished"] = bool(getattr(self, "end_of_dataloader", False))
             return state
         return StatefulDataLoader.state_dict(self)  # type: ignore[arg-type]
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from ``state_dict`` at the next iteration."""
-        self._state_loaded = True
-        StatefulDataLoader.load_state_dict(self, state_dict)  # type: ignore[arg-type]
 
 
 class StatefulDataLoaderShard(_ReadAheadPosition, DataLoaderShard, StatefulDataLoader):
@@ -134,27 +145,15 @@ class StatefulDataLoaderDispatcher(_ReadAheadPosition, DataLoaderDispatcher, Sta
         super().load_state_dict(state)
 
 
-class StatefulSkipDataLoader(SkipDataLoader, StatefulDataLoader):
+class StatefulSkipDataLoader(_Restorable, SkipDataLoader, StatefulDataLoader):
     """A :class:`SkipDataLoader` whose position can be saved and restored mid-epoch.
 
     It reads no batch ahead, so its position is torchdata's own. The iteration that follows a
     ``load_state_dict`` skips nothing: the saved position is already past the skipped batches.
     """
 
-    _stateful = True
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._state_loaded = False
-        super().__init__(*args, **kwargs)
-
     def _batches_to_skip(self) -> int:
-        loaded, self._state_loaded = self._state_loaded, False
-        return 0 if loaded else super()._batches_to_skip()
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue from ``state_dict`` at the next iteration."""
-        self._state_loaded = True
-        StatefulDataLoader.load_state_dict(self, state_dict)
+        return 0 if self._restored() else super()._batches_to_skip()
 
 
 _STATEFUL_CLASSES: dict[type, type] = {
