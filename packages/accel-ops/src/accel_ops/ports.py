@@ -28,9 +28,13 @@ def is_port_in_use(port: int | None = None, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def get_free_port() -> int:
-    """A TCP port that the operating system reports free right now (another process may take it
-    before you bind it: bind soon)."""
+def get_free_port(host: str = "") -> int:
+    """A TCP port that the operating system reports free on ``host`` right now (another process
+    may take it before you bind it: bind soon).
+
+    ``host`` is the address bound to ask for the port: ``""`` (the default, as in Accelerate)
+    means every local address, ``"127.0.0.1"`` loopback only.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("", 0))
+        probe.bind((host, 0))
         return int(probe.getsockname()[1])
