@@ -27,10 +27,12 @@ from accel_core.strategies.ddp import DDPStrategy
 from accel_core.strategies.single_device import SingleDeviceStrategy
 
 
-def test_built_in_strategies_are_registered_as_entry_points():
-    found = {ep.name: ep.value for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
-    assert found["ddp"] == "accel_core.strategies.ddp:DDPStrategy"
-    assert found["single_device"] == "accel_core.strategies.single_device:SingleDeviceStrategy"
+def test_built_in_strategies_are_described_by_entry_points():
+    found = {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+    assert found["ddp"].value == "accel_core.built_in_engines:DDP"
+    assert found["single_device"].value == "accel_core.built_in_engines:SINGLE_DEVICE"
+    assert found["ddp"].load().load_strategy() is DDPStrategy
+    assert found["single_device"].load().load_strategy() is SingleDeviceStrategy
     assert {"ddp", "single_device"} <= set(available_strategies())
 
 

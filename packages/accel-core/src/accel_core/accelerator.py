@@ -1,9 +1,13 @@
 """``Accelerator``: the one object a training script talks to.
 
 It reads the launch environment, chooses a :class:`~accel_core.Strategy` through the resolver,
-and then only delegates: preparation (:mod:`accel_core.preparation`), accumulation
-(:mod:`accel_core.accumulation`), metrics gathering (:mod:`accel_core.metrics`), precision
-(:mod:`accel_core.precision`), process queries (:mod:`accel_core.process_api`). It never branches
+builds the parts it owns, and then only delegates to them: the prepared objects
+(:class:`~accel_core.prepared_objects.PreparedObjects`, filled by :mod:`accel_core.preparation`),
+the accumulation counter (:class:`~accel_core.accumulation.Accumulation`, which owns ``step``),
+the checkpointer (:class:`~accel_core.checkpointing.checkpointer.Checkpointer`), the trackers
+(:class:`~accel_core.tracking.experiment.ExperimentTracking`), the precision
+(:mod:`accel_core.precision`), metrics gathering (:mod:`accel_core.metrics`) and process queries
+(:mod:`accel_core.process_api`). The mixins group the public methods by part. It never branches
 on the kind of distribution: the strategy answers for it.
 """
 
@@ -12,13 +16,14 @@ from __future__ import annotations
 import contextlib
 import os
 import warnings
-import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from accel_core import accumulation, engine_options, metrics, preparation, profiling, settings
+from accel_core import engine_options, metrics, profiling, settings
+from accel_core.accumulation import Accumulation
+from accel_core.checkpointing.checkpointer import Checkpointer
 from accel_core.checkpointing.mixin import CheckpointingMixin
 from accel_core.collectives import collectives_of
 from accel_core.configuration import (
@@ -34,7 +39,6 @@ from accel_core.kwargs_handlers import (
     ProfileKwargs,
     collect_handlers,
 )
-from accel_core.optimizer import lomo_backward, unwrap_optimizer
 from accel_core.parallelism import (
     ParallelismConfigLike,
     ParallelismMixin,
@@ -44,23 +48,26 @@ from accel_core.parallelism import (
     wants_sharding,
 )
 from accel_core.precision import Precision
+from accel_core.prepare_api import PrepareMixin
+from accel_core.prepared_objects import PreparedObjects
 from accel_core.process_api import ProcessMixin
 from accel_core.read_back import ReadBackMixin
-from accel_core.scheduler import AcceleratedScheduler
 from accel_core.state import AcceleratorState
 from accel_core.strategies import (
     Strategy,
     SupportsJoin,
-    SupportsShardedInit,
     resolve_strategy,
 )
+from accel_core.tracking.experiment import ExperimentTracking
 from accel_core.tracking.mixin import TrackingMixin
+from accel_core.training_step import TrainingStepMixin
 from accel_core.triggers import TriggerMixin
-from accel_ops import inflight
 
 
 class Accelerator(
     ProcessMixin,
+    PrepareMixin,
+    TrainingStepMixin,
     CheckpointingMixin,
     TrackingMixin,
     ParallelismMixin,
@@ -134,7 +141,13 @@ class Accelerator(
 
         # Refuse what accel does not run before the process state (and group) is built.
         engine_options.refuse_out_of_scope(megatron_lm_plugin, torch_tp_plugin, mixed_precision)
-        plugins = engine_options.strategy_plugins(deepspeed_plugin, deepspeed_plugins, fsdp_plugin)
+        plugins = engine_options.strategy_plugins(
+            {
+                "deepspeed_plugin": deepspeed_plugin,
+                "deepspeed_plugins": deepspeed_plugins,
+                "fsdp_plugin": fsdp_plugin,
+            }
+        )
         environment = LaunchEnvironment.from_environ()
         self.handlers = collect_handlers(kwargs_handlers)
         init_handler = self.handlers.get(InitProcessGroupKwargs)
@@ -142,8 +155,8 @@ class Accelerator(
             mixed_precision=mixed_precision,
             cpu=cpu,
             dynamo_plugin=settings.dynamo_plugin(dynamo_backend, dynamo_plugin),
-            deepspeed_plugin=plugins["deepspeed"],
-            fsdp_plugin=plugins["fsdp"],
+            deepspeed_plugin=deepspeed_plugin if deepspeed_plugins is None else deepspeed_plugins,
+            fsdp_plugin=fsdp_plugin,
             parallelism_config=parallelism_config,
             _from_accelerator=True,
             **(init_handler.to_kwargs() if init_handler is not None else {}),
@@ -184,19 +197,25 @@ class Accelerator(
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
         self.rng_types = rng_types if rng_types is not None else ["generator"]
-        self.project_configuration = project_config or ProjectConfiguration()
+        project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
-            self.project_configuration.set_directories(project_dir)
-        self._setup_tracking(log_with)
-        self._setup_checkpointing()
-        self.step = 0
+            project_configuration.set_directories(project_dir)
+        # The parts, each owning its fields; the strategy's optimizers read the shared states.
+        self.strategy.accelerator_state = self.state
+        self.strategy.gradient_state = self.gradient_state
+        self._prepared = PreparedObjects()
+        self._accumulation = Accumulation(self.gradient_state, self.strategy, self.use_distributed)
+        self._tracking = ExperimentTracking(log_with, project_configuration, self.state)
+        self._checkpointer = Checkpointer(
+            self.strategy,
+            self._prepared,
+            project_configuration,
+            accumulation=self._accumulation,
+            state=self.state,
+            scaler=self.scaler,
+            tracking=self._tracking,
+        )
         self.flag_tensor = None
-        self.has_lomo_optimizer = False
-        self._models: list[Any] = []
-        self._optimizers: list[Any] = []
-        self._schedulers: list[Any] = []
-        self._dataloaders: list[Any] = []
-        self._original_loaders: weakref.WeakSet[Any] = weakref.WeakSet()
 
     # -- configuration read back ---------------------------------------------------------------
 
@@ -211,167 +230,14 @@ class Accelerator(
         return self.precision.native_amp
 
     @property
-    def gradient_accumulation_steps(self) -> int:
-        """Batches per optimizer step."""
-        return self.gradient_state.num_steps
+    def project_configuration(self) -> ProjectConfiguration:
+        """Where checkpoints and local tracker logs go, automatic naming, ``total_limit``."""
+        return self._checkpointer.project_configuration
 
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, steps: int) -> None:
-        settings.check_steps(steps)
-        self.gradient_state.plugin_kwargs.update({"num_steps": steps})
-
-    @property
-    def sync_gradients(self) -> bool:
-        """Whether this batch synchronises gradients and steps the optimizer."""
-        return self.gradient_state.sync_gradients
-
-    @sync_gradients.setter
-    def sync_gradients(self, value: bool) -> None:
-        self.gradient_state._set_sync_gradients(value)
-
-    @property
-    def optimizer_step_was_skipped(self) -> bool:
-        """Whether the last optimizer step was skipped (fp16 overflow)."""
-        return any(opt.step_was_skipped for opt in self._optimizers)
-
-    # -- prepare -------------------------------------------------------------------------------
-
-    def prepare(self, *args: Any, device_placement: list[bool | None] | None = None) -> Any:
-        """Prepare models, optimizers, data loaders and schedulers, given in any order.
-
-        Returns the prepared objects in the order given (one object alone is returned as is).
-        """
-        placement = device_placement if device_placement is not None else [None] * len(args)
-        result = preparation.prepare_all(self, args, placement)
-        return result[0] if len(result) == 1 else tuple(result)
-
-    def prepare_model(
-        self,
-        model: torch.nn.Module,
-        device_placement: bool | None = None,
-        evaluation_mode: bool = False,
-    ) -> torch.nn.Module:
-        """Move ``model`` to the device, run its forward in mixed precision, set it up through
-        the strategy (not in ``evaluation_mode``) and compile it when a dynamo backend is set.
-
-        A model ``prepare`` returned already comes back as is, listed once among the prepared
-        models (it is marked ``_is_accelerate_prepared``, Accelerate's attribute).
-        """
-        if not evaluation_mode or getattr(model, "_is_accelerate_prepared", False):
-            return preparation.prepare_all(self, [model], [device_placement])[0]
-        placement = self.device_placement if device_placement is None else device_placement
-        if len(preparation.dispatched_devices(model)) > 1:
-            placement = False
-        self.precision.wrap_forward(model)
-        prepared = model.to(self.device) if placement else model
-        prepared = preparation.compile_model(prepared, self.state.dynamo_plugin)
-        prepared._is_accelerate_prepared = True
-        self._models.append(prepared)
-        return prepared
-
-    def prepare_optimizer(
-        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
-    ) -> torch.optim.Optimizer:
-        """Set ``optimizer`` up through the strategy: it skips steps while accumulating and steps
-        through the scaler (an optimizer ``prepare`` returned comes back as is)."""
-        return preparation.prepare_all(self, [optimizer], [device_placement])[0]
-
-    def prepare_data_loader(
-        self,
-        data_loader: torch.utils.data.DataLoader,
-        device_placement: bool | None = None,
-        slice_fn_for_dispatch: Any = None,
-    ) -> torch.utils.data.DataLoader:
-        """Shard ``data_loader`` between the processes (see ``DataLoaderConfiguration``)."""
-        return preparation.prepare_all(
-            self, [data_loader], [device_placement], slice_fn_for_dispatch=slice_fn_for_dispatch
-        )[0]
-
-    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
-        """Wrap ``scheduler`` so it follows the prepared optimizer it schedules."""
-        return preparation.prepare_all(self, [scheduler], [None])[0]
-
-    @contextlib.contextmanager
-    def init_module(self, empty_init: bool | None = None) -> Iterator[None]:
-        """Create models the way the strategy wants them: ``with accelerator.init_module():
-        model = Net()``. A strategy with sharded init (DeepSpeed ZeRO-3's ``zero.Init``, FSDP's
-        meta-device init) runs its ``module_init_context``; any other creates parameters on
-        ``accelerator.device``, or on the meta device with ``empty_init=True`` (weights to be
-        loaded). Accelerate has no such method (its zero3 init is ``DeepSpeedPlugin.
-        zero3_init_context_manager``); this is Lightning Fabric's ``init_module``."""
-        if isinstance(self.strategy, SupportsShardedInit):
-            with self.strategy.module_init_context(empty_init):
-                yield
-            return
-        with torch.device("meta" if empty_init else self.device):
-            yield
-
-    # -- the training step ---------------------------------------------------------------------
-
-    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
-        """Backpropagate ``loss``: divided by the accumulation steps, scaled for fp16.
-
-        With a LOMO optimizer prepared and ``learning_rate=`` given (and no fp16 scaler), the
-        optimizer's fused backward-and-update runs instead, as in Accelerate.
-        """
-        steps = self.gradient_state.num_steps
-        if steps > 1 and not self.strategy.handles_accumulation:
-            loss = loss / steps
-        learning_rate = kwargs.get("learning_rate")
-        if learning_rate is not None and self.has_lomo_optimizer and self.scaler is None:
-            self.lomo_backward(loss, learning_rate)
-            return
-        # Under DDP the gradients are all-reduced inside backward: the hang report shows it.
-        # The strategy scales the loss (through its precision; an engine scales it itself).
-        with inflight.waiting_in("backward", loss):
-            self.strategy.backward(loss, **kwargs)
-
-    def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
-        """Context for one batch of gradient accumulation (see :mod:`accel_core.accumulation`)."""
-        return accumulation.accumulate(self, models)
-
-    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[Any]:
-        """Context in which backward passes do not synchronise ``model``'s gradients."""
-        return accumulation.no_sync(self, model)
-
-    def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
-        """Backward and update in one pass on the prepared LOMO optimizers (``lomo-optim``'s
-        ``Lomo`` / ``AdaLomo``: optimizers with a ``fused_backward(loss, lr)``)."""
-        lomo_backward(self._optimizers, loss, learning_rate)
-
-    def unscale_gradients(self, optimizer: Any = None) -> None:
-        """Divide fp16 gradients by the loss scale (before clipping or inspecting them)."""
-        if self.scaler is None:
-            return
-        optimizers = self._optimizers if optimizer is None else optimizer
-        if not isinstance(optimizers, (list, tuple)):
-            optimizers = [optimizers]
-        for opt in optimizers:
-            self.precision.unscale_gradients(unwrap_optimizer(opt))
-
-    def clip_grad_norm_(
-        self, parameters: Iterable[torch.nn.Parameter], max_norm: float, norm_type: float = 2
-    ) -> torch.Tensor:
-        """Clip the gradient norm of ``parameters``; returns the total norm before clipping.
-
-        The strategy is given the prepared model and optimizer the parameters belong to."""
-        self.unscale_gradients()
-        parameters = list(parameters)
-        module, optimizer = preparation.owners_of(self, parameters)
-        return self.strategy.clip_gradients_norm(
-            module, optimizer, max_norm, norm_type, parameters=parameters
-        )
-
-    def clip_grad_value_(self, parameters: Iterable[torch.nn.Parameter], clip_value: float) -> None:
-        """Clamp the gradients of ``parameters`` into ``[-clip_value, clip_value]``."""
-        self.unscale_gradients()
-        self.strategy.clip_gradients_value(parameters, clip_value)
-
-    def autocast(
-        self, autocast_handler: AutocastKwargs | None = None
-    ) -> contextlib.AbstractContextManager[Any]:
-        """The mixed-precision autocast context (a null context with ``mixed_precision="no"``)."""
-        return self.precision.autocast(autocast_handler)
+    @project_configuration.setter
+    def project_configuration(self, value: ProjectConfiguration) -> None:
+        self._checkpointer.project_configuration = value
+        self._tracking.project_configuration = value
 
     # -- collectives ---------------------------------------------------------------------------
 
@@ -443,18 +309,14 @@ class Accelerator(
         """Forget every prepared object and release memory; returns ``objects`` as ``None``s."""
         from accel_core.memory import release_memory
 
-        self._background_saver.release()
-        self._models, self._optimizers, self._schedulers, self._dataloaders = [], [], [], []
-        self.step = 0
+        self._checkpointer.release()
+        self._prepared.forget()
+        self._accumulation.step = 0
         return release_memory(*objects)
 
     def clear(self, *objects: Any) -> list[Any]:
         """Alias of :meth:`free_memory`."""
         return self.free_memory(*objects)
-
-    def verify_device_map(self, model: torch.nn.Module) -> bool:
-        """Whether ``model`` was dispatched across several devices by accel-bigmodel."""
-        return len(preparation.dispatched_devices(model)) > 1
 
     def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
         """A loader that starts after ``num_batches`` batches (to resume mid-epoch)."""
@@ -480,7 +342,7 @@ class Accelerator(
             return
         saved = []
         if even_batches is not None:
-            for loader in self._dataloaders:
+            for loader in self._prepared.dataloaders:
                 sampler = getattr(loader, "batch_sampler", None)
                 if hasattr(sampler, "even_batches"):
                     saved.append((sampler, sampler.even_batches))
@@ -503,8 +365,8 @@ class Accelerator(
     def end_training(self) -> None:
         """Finish the run: wait for an asynchronous save, finish the trackers, wait for every
         process, then let the strategy release what it holds."""
-        self._background_saver.release()
-        self._finish_tracking()
+        self._checkpointer.release()
+        self._tracking.finish()
         self.wait_for_everyone()
         self.strategy.teardown()
 
@@ -512,18 +374,6 @@ class Accelerator(
         """The Accelerator itself, as in Accelerate: it holds the process-wide training state,
         which a copy would split (objects that keep an Accelerator can be deep-copied)."""
         return self
-
-    def __getstate__(self) -> dict[str, Any]:
-        """What ``pickle`` keeps, as in Accelerate (transformers' ``TrainingArguments`` and
-        ``torch.save`` of objects that hold an Accelerator): the weak set of the data loaders
-        given to ``prepare`` is kept as a list and rebuilt when unpickled."""
-        state = dict(self.__dict__)
-        state["_original_loaders"] = list(self._original_loaders)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._original_loaders = weakref.WeakSet(state["_original_loaders"])
 
     def __repr__(self) -> str:
         return (

@@ -4,62 +4,87 @@ Hugging Face Accelerate picks DeepSpeed, FSDP, Megatron-LM or tensor parallelism
 objects given to ``Accelerator``; accel picks a :class:`~accel_core.Strategy`. Every keyword is
 accepted, so ported calls keep working, and each is checked before the process state is built:
 
-- ``deepspeed_plugin`` / ``deepspeed_plugins`` and ``fsdp_plugin`` choose the strategy of that
-  name when one is registered (accel-backends provides them). Until it is, they raise
-  ``NotImplementedError`` saying so and naming the strategies installed.
+- a plugin keyword an engine's description claims (``plugin_keywords``: DeepSpeed's
+  ``deepspeed_plugin`` / ``deepspeed_plugins``, FSDP's ``fsdp_plugin``) chooses that strategy.
+  While its engine is not installed, it raises ``NotImplementedError`` saying so and naming the
+  strategies installed.
 - ``megatron_lm_plugin``, ``torch_tp_plugin`` and ``mixed_precision="fp8"`` are out of scope:
   :class:`~accel_core.out_of_scope.OutOfScopeError` naming the feature.
 
-Plugins are recognised by the keyword they come in, not by their class, so accel-core does not
-import accel-backends.
+Plugins are recognised by the keyword they come in, not by their class, so accel-core imports no
+engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import NamedTuple
 
+from accel_core.built_in_engines import PROVIDED_ELSEWHERE
 from accel_core.out_of_scope import out_of_scope
-from accel_core.strategies import available_strategies
-
-#: Strategy name -> how users name its engine.
-_ENGINES = {"deepspeed": "DeepSpeed", "fsdp": "FSDP"}
+from accel_core.strategies import available_strategies, strategy_descriptions
 
 
-def strategy_plugins(
-    deepspeed_plugin: object,
-    deepspeed_plugins: object,
-    fsdp_plugin: object,
-) -> Mapping[str, object]:
-    """The plugin of each strategy name, for :func:`~accel_core.strategies.resolve_strategy`.
+class _Engine(NamedTuple):
+    name: str
+    title: str
+    install: str
 
-    ``deepspeed_plugins`` (a plugin, or a dict of named plugins) is Accelerate's other spelling
-    of ``deepspeed_plugin``; giving both is a ValueError, as in Accelerate, and so is giving a
-    DeepSpeed and an FSDP plugin together.
+
+def _engine_of(keyword: str) -> _Engine:
+    for description in strategy_descriptions().values():
+        if keyword in description.plugin_keywords:
+            return _Engine(description.name, description.title, description.install)
+    for name, engine in PROVIDED_ELSEWHERE.items():
+        if keyword in engine.plugin_keywords:
+            return _Engine(name, engine.title, engine.install)
+    raise TypeError(f"Accelerator got an unexpected keyword argument {keyword!r}")
+
+
+def _article(title: str) -> str:
+    """``an`` before a vowel sound (``an FSDP``, ``an XLA``), else ``a``."""
+    initialism = title[:2].isupper()
+    return "an" if title[0] in ("AEFHILMNORSX" if initialism else "AEIOU") else "a"
+
+
+def strategy_plugins(given: Mapping[str, object]) -> dict[str, object]:
+    """The plugin of each strategy name, for :func:`~accel_core.strategies.resolve_strategy`,
+    from the plugin keywords given to the Accelerator (``None``: not given).
+
+    Two keywords of one engine (``deepspeed_plugin`` and ``deepspeed_plugins``, Accelerate's two
+    spellings) are a ValueError, as in Accelerate, and so are the plugins of two engines.
     """
-    if deepspeed_plugin is not None and deepspeed_plugins is not None:
+    chosen: dict[str, tuple[str, object]] = {}
+    engines: dict[str, _Engine] = {}
+    for keyword, plugin in given.items():
+        if plugin is None:
+            continue
+        engine = _engine_of(keyword)
+        if engine.name in chosen:
+            raise ValueError(
+                f"{chosen[engine.name][0]} and {keyword} were both given; pass one of them "
+                f"(both give the {engine.title} plugin)."
+            )
+        chosen[engine.name] = (keyword, plugin)
+        engines[engine.name] = engine
+    if len(chosen) > 1:
+        first, second = (engines[name].title for name in chosen)
         raise ValueError(
-            "deepspeed_plugin and deepspeed_plugins were both given; pass one of them "
-            "(deepspeed_plugins also takes a dict of named plugins)."
+            f"{_article(first)} {first} plugin and {_article(second)} {second} plugin were both "
+            "given; each chooses a strategy, pass one of them."
         )
-    deepspeed = deepspeed_plugins if deepspeed_plugins is not None else deepspeed_plugin
-    if deepspeed is not None and fsdp_plugin is not None:
-        raise ValueError(
-            "a DeepSpeed plugin and an FSDP plugin were both given; each chooses a strategy, "
-            "pass one of them."
-        )
-    plugins = {"deepspeed": deepspeed, "fsdp": fsdp_plugin}
     installed = available_strategies()
-    for name, plugin in plugins.items():
-        if plugin is not None and name not in installed:
-            engine = _ENGINES[name]
+    for name, engine in engines.items():
+        if name not in installed:
+            provider = engine.install.split("[")[0]
             known = ", ".join(repr(n) for n in installed)
             raise NotImplementedError(
-                f"a {engine} plugin chooses the {name!r} strategy, and accel-backends does not "
-                f"provide the {engine} strategy yet (installed strategies: {known}). Until it "
-                f"does, leave the {engine} plugin out: several processes train with the ddp "
-                "strategy."
+                f"a {engine.title} plugin chooses the {name!r} strategy, and {provider} does not "
+                f"provide the {engine.title} strategy yet (installed strategies: {known}). Until "
+                f"it does, leave the {engine.title} plugin out: several processes train with the "
+                "ddp strategy."
             )
-    return plugins
+    return {name: plugin for name, (_, plugin) in chosen.items()}
 
 
 def refuse_out_of_scope(

@@ -13,12 +13,9 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
-
-_MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
 
 
 class WorkerProcessError(RuntimeError):
@@ -176,11 +173,14 @@ def _elastic_launch(
 
 
 def _validate_mixed_precision(mixed_precision: str) -> str:
+    # accel_ops is imported on first call, not with this module (it costs seconds)
+    from accel_ops.launch_environment import MIXED_PRECISION_CHOICES
+
     value = str(mixed_precision).lower()
-    if value not in _MIXED_PRECISION_CHOICES:
+    if value not in MIXED_PRECISION_CHOICES:
         raise ValueError(
             f"mixed_precision={mixed_precision!r} is not supported; choose one of "
-            f"{', '.join(_MIXED_PRECISION_CHOICES)}."
+            f"{', '.join(MIXED_PRECISION_CHOICES)}."
         )
     return value
 
@@ -188,12 +188,6 @@ def _validate_mixed_precision(mixed_precision: str) -> str:
 def _validate_count(name: str, value: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{name} must be an int >= 1, got {value!r}")
-
-
-def _free_port() -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return str(sock.getsockname()[1])
 
 
 def notebook_launcher(
@@ -288,6 +282,8 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     group or accel state in this process; a failed worker raises :class:`WorkerProcessError`
     naming its rank.
     """
+    from accel_ops.ports import get_free_port
+
     _validate_count("num_processes", num_processes)
     _check_picklable(function, "debug_launcher")
     _elastic_launch(
@@ -298,7 +294,7 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
         num_nodes=1,
         node_rank=0,
         master_addr="127.0.0.1",
-        port=_free_port(),
+        port=str(get_free_port(host="127.0.0.1")),
         environment={
             "ACCEL_USE_CPU": "1",
             "ACCEL_MIXED_PRECISION": "no",

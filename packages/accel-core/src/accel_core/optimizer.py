@@ -9,9 +9,13 @@ the step goes through the gradient scaler, which skips it when the gradients hol
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from accel_core.gradient_state import GradientState
+    from accel_core.state import AcceleratorState
 
 _MISSING = object()
 
@@ -29,6 +33,19 @@ def _move_state(value: Any, device: torch.device) -> Any:
     return value
 
 
+def _process_states(
+    accelerator_state: AcceleratorState | None, gradient_state: GradientState | None
+) -> tuple[AcceleratorState, GradientState]:
+    """The states given, else this process's (a wrapper built without them, or unpickled)."""
+    from accel_core.gradient_state import GradientState
+    from accel_core.state import AcceleratorState
+
+    return (
+        accelerator_state if accelerator_state is not None else AcceleratorState(),
+        gradient_state if gradient_state is not None else GradientState(),
+    )
+
+
 class AcceleratedOptimizer(torch.optim.Optimizer):
     """Wrap ``optimizer`` for accumulation, mixed precision and device placement.
 
@@ -39,6 +56,10 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         step_function: how the inner optimizer steps when there is no scaler,
             ``step_function(optimizer, closure)`` (the strategy's ``optimizer_step``); default
             ``optimizer.step(closure)``.
+        accelerator_state, gradient_state: the process-wide states (its device, whether this
+            step synchronises gradients), given by whoever wraps the optimizer (accel's strategies
+            do); when not given, as in Accelerate's ``AcceleratedOptimizer(optimizer,
+            device_placement, scaler)``, the process's current ones are used.
     """
 
     def __init__(
@@ -48,16 +69,16 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         scaler: torch.amp.GradScaler | None = None,
         *,
         step_function: StepFunction | None = None,
+        accelerator_state: AcceleratorState | None = None,
+        gradient_state: GradientState | None = None,
     ) -> None:
         # No super().__init__: this object forwards to the wrapped optimizer's own state.
-        from accel_core.gradient_state import GradientState
-        from accel_core.state import AcceleratorState
-
         self.optimizer = optimizer
         self.scaler = scaler
         self.step_function = step_function
-        self.accelerator_state = AcceleratorState()
-        self.gradient_state = GradientState()
+        self.accelerator_state, self.gradient_state = _process_states(
+            accelerator_state, gradient_state
+        )
         self.device_placement = device_placement
         self._is_overflow = False
         if device_placement and optimizer.state:
@@ -169,13 +190,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        from accel_core.gradient_state import GradientState
-        from accel_core.state import AcceleratorState
-
         through_strategy = state.pop("_through_strategy", False)
         self.__dict__.update(state)
-        self.accelerator_state = AcceleratorState()
-        self.gradient_state = GradientState()
+        self.accelerator_state, self.gradient_state = _process_states(None, None)
         strategy = getattr(self.accelerator_state, "strategy", None) if through_strategy else None
         self.step_function = strategy.optimizer_step if strategy is not None else None
 

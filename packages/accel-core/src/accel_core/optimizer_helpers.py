@@ -9,7 +9,7 @@ really stepped, or skipped the step for inf/NaN gradients).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -34,14 +34,20 @@ def move_to_device(state: _State, device: torch.device | str | int) -> _State:
     return state
 
 
+class StepRecorder(Protocol):
+    """An object that records whether its optimizer's ``step`` was called."""
+
+    _accelerate_step_called: bool
+
+
 def patch_optimizer_step(
-    accelerated_optimizer: object, method: Callable[..., _Result]
+    accelerated_optimizer: StepRecorder, method: Callable[..., _Result]
 ) -> Callable[..., _Result]:
     """``method`` (an optimizer's ``step``) wrapped to set
     ``accelerated_optimizer._accelerate_step_called = True`` before each call."""
 
     def patched_step(*args: Any, **kwargs: Any) -> _Result:
-        accelerated_optimizer._accelerate_step_called = True  # type: ignore[attr-defined]
+        accelerated_optimizer._accelerate_step_called = True
         return method(*args, **kwargs)
 
     return patched_step

@@ -1,16 +1,18 @@
 """Accelerate's ``ParallelismConfig`` on accel, and the parallel-rank properties of Accelerator.
 
-accel runs the data-parallel dimensions: ``dp_replicate`` (whole copies) and ``dp_shard`` (the
-model sharded over the processes of the dimension; both > 1 is HSDP). With ``tp_size``,
-``cp_size`` or ``sp_size > 1`` (tensor, context and sequence parallelism) the Accelerator is
-built and so is the mesh, with those dimensions, as in Accelerate; training on it is not run:
+Which dimensions a job trains over is the strategy's to say: its description lists them
+(``EngineDescription.mesh_dimensions``; ``dp_replicate``, whole copies, for every strategy;
+``dp_shard``, the model sharded over the processes of the dimension, for FSDP; both > 1 is HSDP).
+With a larger dimension the strategy does not list (tensor, context and sequence parallelism
+today) the Accelerator is built and so is the mesh, as in Accelerate; training on it is not run:
 ``prepare`` raises :class:`~accel_core.out_of_scope.OutOfScopeError` (:func:`refuse_unsupported`).
 When the Accelerator is built, before the strategy sets up its environment and before any model
 is prepared, ``ValueError`` is raised for sizes whose product is neither 1 nor the number of
 processes (:func:`check_sizes`, as in Accelerate), and for ``dp_shard_size > 1`` under a strategy
-that does not shard over the mesh (:func:`check_strategy`, ``Strategy.shards_over_mesh``).
+that does not list ``dp_shard`` (:func:`check_strategy`).
 
-``dp_shard_size > 1`` chooses the sharding strategy (FSDP2 from accel-backends) when neither the
+``dp_shard_size > 1`` chooses the strategy whose description ``shards_by_default`` (FSDP2 from
+accel-backends) when neither the
 code (``strategy=``, a plugin) nor the launch (``ACCEL_STRATEGY``) names one; that strategy builds
 the mesh (``dp_replicate, dp_shard``, flattened ``dp``, ``dp_shard_cp``, ``dp_cp``) in
 ``setup_environment`` and stores it in the state. With a tensor, context or sequence dimension
@@ -66,18 +68,32 @@ def _size(config: ParallelismConfigLike, name: str) -> int:
     return 1 if value is None else int(value)
 
 
-def refuse_unsupported(config: ParallelismConfigLike | None) -> None:
-    """Raise ``OutOfScopeError`` for the dimensions accel does not train on (tensor, context and
-    sequence parallelism). ``prepare`` calls it, before anything is prepared."""
+#: The dimensions of a strategy no package describes: whole copies only.
+_REPLICAS_ONLY = frozenset({"dp_replicate"})
+
+
+def mesh_dimensions(strategy: Strategy) -> frozenset[str]:
+    """The ``ParallelismConfig`` dimensions ``strategy`` trains over, as its description says."""
+    from accel_core.strategies import describe_strategy
+
+    description = describe_strategy(strategy.name)
+    return _REPLICAS_ONLY if description is None else description.mesh_dimensions
+
+
+def refuse_unsupported(config: ParallelismConfigLike | None, strategy: Strategy) -> None:
+    """Raise ``OutOfScopeError`` for a dimension larger than 1 that ``strategy`` does not train
+    on (tensor, context and sequence parallelism). ``prepare`` calls it, before anything is
+    prepared."""
     if config is None:
         return
+    supported = mesh_dimensions(strategy)
     for name, feature in (
         ("tp_size", "Tensor parallelism"),
         ("cp_size", "Context parallelism"),
         ("sp_size", "Sequence parallelism"),
     ):
         size = _size(config, name)
-        if size > 1:
+        if size > 1 and name.removesuffix("_size") not in supported:
             raise out_of_scope(f"{feature} (ParallelismConfig({name}={size}))", _INSTEAD)
 
 
@@ -110,11 +126,12 @@ def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> Non
 
 def check_strategy(config: ParallelismConfigLike | None, strategy: Strategy) -> None:
     """Raise ``ValueError`` when ``config`` shards the model (``dp_shard_size > 1``) and
-    ``strategy`` does not shard over the mesh. Runs before ``strategy.setup_environment``."""
+    ``strategy`` does not list ``dp_shard`` among its mesh dimensions. Runs before
+    ``strategy.setup_environment``."""
     if config is None:
         return
     replicas, shards = _size(config, "dp_replicate_size"), _size(config, "dp_shard_size")
-    if shards > 1 and not strategy.shards_over_mesh:
+    if shards > 1 and "dp_shard" not in mesh_dimensions(strategy):
         raise ValueError(
             f"ParallelismConfig(dp_replicate_size={replicas}, dp_shard_size={shards}) shards the "
             f"model over the device mesh, which strategy {strategy.name!r} does not do: leave "

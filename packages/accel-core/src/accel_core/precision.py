@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accel_ops.launch_environment import MIXED_PRECISION_CHOICES
+
 if TYPE_CHECKING:
     from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs
     from accel_ops import DistributedType
@@ -23,7 +25,6 @@ if TYPE_CHECKING:
 #: Makes the fp16 scaler: ``factory(device_type, **GradScalerKwargs) -> GradScaler``.
 ScalerFactory = Callable[..., torch.amp.GradScaler]
 
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
 _DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 

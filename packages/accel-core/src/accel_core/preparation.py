@@ -8,7 +8,6 @@ number...) is returned unchanged at its place, as Accelerate does.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,8 +17,9 @@ from torch.utils.data import DataLoader
 from accel_core.quantized_placement import check_quantized_placement, is_placed_quantized
 
 if TYPE_CHECKING:
-    from accel_core.accelerator import Accelerator
     from accel_core.configuration import TorchDynamoPlugin
+    from accel_core.prepare_api import PrepareMixin
+    from accel_core.prepared_objects import PreparedObjects
 
 _KINDS = ("model", "optimizer", "data loader", "scheduler")
 
@@ -48,7 +48,8 @@ def kind_of(obj: object) -> str | None:
 
 
 def prepare_all(
-    accelerator: Accelerator,
+    accelerator: PrepareMixin,
+    prepared: PreparedObjects,
     objects: Sequence[Any],
     device_placement: Sequence[bool | None],
     *,
@@ -60,13 +61,13 @@ def prepare_all(
     Before the strategy: models already prepared are returned as they are, the others get the
     precision's forward wrapper; data loaders are sharded (with the strategy's sampler
     arguments). After it: models are compiled and marked, schedulers the strategy left unwrapped
-    are wrapped, and everything is recorded on the Accelerator.
+    are wrapped, and everything is recorded in ``prepared``. The Accelerator is only read.
     """
     from accel_core.optimizer import AcceleratedOptimizer
     from accel_core.parallelism import refuse_unsupported
     from accel_core.scheduler import AcceleratedScheduler
 
-    refuse_unsupported(accelerator.parallelism_config)
+    refuse_unsupported(accelerator.parallelism_config, accelerator.strategy)
     if len(device_placement) != len(objects):
         raise ValueError(
             f"device_placement has {len(device_placement)} entries for {len(objects)} objects; "
@@ -83,8 +84,7 @@ def prepare_all(
             else bool(device_placement[index])
         )
         if kind == "model" and getattr(obj, "_is_accelerate_prepared", False):
-            if not any(obj is known for known in accelerator._models):
-                accelerator._models.append(obj)
+            prepared.add_model(obj)
             continue
         if kind in ("optimizer", "scheduler") and isinstance(
             obj, (AcceleratedOptimizer, AcceleratedScheduler)
@@ -97,8 +97,7 @@ def prepare_all(
                 placed = False  # accel-bigmodel placed it across devices already
             accelerator.precision.wrap_forward(obj)
         elif kind == "data loader":
-            check_not_prepared(obj, accelerator._original_loaders, accelerator._dataloaders)
-            accelerator._original_loaders.add(obj)
+            prepared.receive_loader(obj)
             result[index] = shard_loader(accelerator, obj, placed, slice_fn_for_dispatch)
         if kind is not None:
             pending[kind].append(index)
@@ -114,45 +113,46 @@ def prepare_all(
     for index, model in zip(pending["model"], set_up.models, strict=True):
         model = compile_model(model, accelerator.state.dynamo_plugin)
         model._is_accelerate_prepared = True
-        accelerator._models.append(model)
+        prepared.add_model(model)
         result[index] = model
     for index, optimizer in zip(pending["optimizer"], set_up.optimizers, strict=True):
-        accelerator.has_lomo_optimizer |= hasattr(objects[index], "fused_backward")
-        accelerator._optimizers.append(optimizer)
+        prepared.add_optimizer(optimizer, lomo=hasattr(objects[index], "fused_backward"))
         result[index] = optimizer
     for index, loader in zip(pending["data loader"], set_up.dataloaders, strict=True):
-        accelerator._dataloaders.append(loader)
+        prepared.add_dataloader(loader)
         result[index] = loader
     for index, scheduler in zip(pending["scheduler"], set_up.schedulers, strict=True):
-        result[index] = _wrap_scheduler(accelerator, scheduler)
+        result[index] = _wrap_scheduler(accelerator, prepared, scheduler)
+        prepared.add_scheduler(result[index])
     for index in (i for kind in ("optimizer", "scheduler", "data loader") for i in pending[kind]):
         # Accelerate marks every prepared object; libraries read it to avoid preparing twice
         result[index]._is_accelerate_prepared = True
     return result
 
 
-def _wrap_scheduler(accelerator: Accelerator, scheduler: Any) -> Any:
+def _wrap_scheduler(accelerator: PrepareMixin, prepared: PreparedObjects, scheduler: Any) -> Any:
     """``scheduler`` in an ``AcceleratedScheduler`` following the prepared optimizer it
     schedules (all of them when it schedules none of them), unless the strategy wrapped it."""
     from accel_core.scheduler import AcceleratedScheduler
 
-    if not isinstance(scheduler, AcceleratedScheduler):
-        inner = getattr(scheduler, "optimizer", None)
-        optimizers = [
-            opt for opt in accelerator._optimizers if getattr(opt, "optimizer", opt) is inner
-        ] or accelerator._optimizers
-        scheduler = AcceleratedScheduler(
-            scheduler,
-            optimizers,
-            step_with_optimizer=accelerator.step_scheduler_with_optimizer,
-            split_batches=accelerator.split_batches,
-        )
-    accelerator._schedulers.append(scheduler)
-    return scheduler
+    if isinstance(scheduler, AcceleratedScheduler):
+        return scheduler
+    inner = getattr(scheduler, "optimizer", None)
+    optimizers = [
+        opt for opt in prepared.optimizers if getattr(opt, "optimizer", opt) is inner
+    ] or prepared.optimizers
+    return AcceleratedScheduler(
+        scheduler,
+        optimizers,
+        step_with_optimizer=accelerator.step_scheduler_with_optimizer,
+        split_batches=accelerator.split_batches,
+        num_processes=accelerator.num_processes,
+        gradient_state=accelerator.gradient_state,
+    )
 
 
 def shard_loader(
-    accelerator: Accelerator,
+    accelerator: PrepareMixin,
     data_loader: DataLoader[Any],
     device_placement: bool,
     slice_fn_for_dispatch: Callable[..., Any] | None = None,
@@ -195,51 +195,9 @@ def compile_model(model: torch.nn.Module, dynamo: TorchDynamoPlugin) -> torch.nn
     return torch.compile(model, **dynamo.to_kwargs())  # type: ignore[return-value]
 
 
-def check_not_prepared(
-    data_loader: DataLoader, originals: weakref.WeakSet[Any], prepared: list[Any]
-) -> None:
-    """Refuse a data loader that ``prepare`` already returned or already received."""
-    if any(data_loader is loader for loader in prepared):
-        raise ValueError(
-            f"this {type(data_loader).__name__} was returned by prepare() already; preparing it "
-            "again would shard the shards. Pass the original DataLoader once, and use what "
-            "prepare() returned."
-        )
-    if data_loader in originals:
-        raise ValueError(
-            "this DataLoader was passed to prepare() already; each data loader is prepared once. "
-            "Reuse the prepared loader prepare() returned the first time."
-        )
-
-
 def dispatched_devices(model: torch.nn.Module) -> set[str]:
     """The devices of a model dispatched by accel-bigmodel (its ``hf_device_map``), else empty."""
     device_map = getattr(model, "hf_device_map", None)
     if not isinstance(device_map, dict):
         return set()
     return {str(device) for device in device_map.values()}
-
-
-def owners_of(
-    accelerator: Accelerator, parameters: Sequence[torch.nn.Parameter]
-) -> tuple[torch.nn.Module | None, torch.optim.Optimizer | None]:
-    """The prepared model holding every one of ``parameters`` (else the first holding any of
-    them, else None) and the prepared optimizer stepping any of them (else None)."""
-    wanted = {id(p) for p in parameters}
-    module: torch.nn.Module | None = None
-    for model in accelerator._models:
-        held = {id(p) for p in model.parameters()}
-        if wanted and wanted <= held:
-            module = model
-            break
-        if module is None and wanted & held:
-            module = model
-    optimizer = next(
-        (
-            opt
-            for opt in accelerator._optimizers
-            if any(id(p) in wanted for group in opt.param_groups for p in group["params"])
-        ),
-        None,
-    )
-    return module, optimizer

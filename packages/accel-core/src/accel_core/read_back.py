@@ -1,7 +1,11 @@
 """Read-only views of an ``Accelerator``'s configuration, under Hugging Face Accelerate's names.
 
-Data loading (``split_batches``, ``even_batches``...), the project folders, the engine plugin, and
-the kwargs handlers. Accelerate keeps each handler given to ``Accelerator(kwargs_handlers=[...])``
+Data loading (``split_batches``, ``even_batches``...), the project folders, the engine plugin, the
+kwargs handlers, and the prepared objects under Accelerate's attribute names (``_models``,
+``_optimizers``, ``_schedulers``, ``_dataloaders``, ``_custom_objects``: the lists of the
+Accelerator's :class:`~accel_core.prepared_objects.PreparedObjects`).
+
+Accelerate keeps each handler given to ``Accelerator(kwargs_handlers=[...])``
 in an attribute of its own (``ddp_handler``, ``scaler_handler``...), ``None`` when that kind was
 not given; ported code reads them (``accelerator.ddp_handler.find_unused_parameters``). Here they
 read ``accelerator.handlers``, the one index of the handlers, so they cannot disagree with what
@@ -15,7 +19,11 @@ The FP8 attributes exist with the values they have when FP8 is off, which it alw
 
 from __future__ import annotations
 
+import weakref
 from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils.data import DataLoader
 
 from accel_core.configuration import DataLoaderConfiguration, ProjectConfiguration
 from accel_core.kwargs_handlers import (
@@ -29,17 +37,19 @@ from accel_core.kwargs_handlers import (
 
 if TYPE_CHECKING:
     from accel_core.fp8_recipes import FP8BackendType
+    from accel_core.prepared_objects import PreparedObjects, Stateful
     from accel_core.state import AcceleratorState
 
 
 class ReadBackMixin:
     """The configuration read-back members of ``Accelerator`` (for a class with ``state``,
-    ``dataloader_config``, ``project_configuration`` and ``handlers``)."""
+    ``dataloader_config``, ``project_configuration``, ``handlers`` and ``_prepared``)."""
 
     state: AcceleratorState
     dataloader_config: DataLoaderConfiguration
     project_configuration: ProjectConfiguration
     handlers: dict[type, KwargsHandler]
+    _prepared: PreparedObjects
 
     @property
     def split_batches(self) -> bool:
@@ -114,6 +124,37 @@ class ReadBackMixin:
     def profile_handler(self) -> ProfileKwargs | None:
         """The ``ProfileKwargs`` given, else None."""
         return self.handlers.get(ProfileKwargs)  # type: ignore[return-value]
+
+    # -- Accelerate's names for the prepared objects (libraries built on it read them) -------
+
+    @property
+    def _models(self) -> list[torch.nn.Module]:
+        return self._prepared.models
+
+    @property
+    def _optimizers(self) -> list[Any]:
+        return self._prepared.optimizers
+
+    @property
+    def _schedulers(self) -> list[Any]:
+        return self._prepared.schedulers
+
+    @property
+    def _dataloaders(self) -> list[DataLoader[Any]]:
+        return self._prepared.dataloaders
+
+    @property
+    def _custom_objects(self) -> list[Stateful]:
+        return self._prepared.custom_objects
+
+    @property
+    def _original_loaders(self) -> weakref.WeakSet[DataLoader[Any]]:
+        return self._prepared.original_loaders
+
+    @property
+    def has_lomo_optimizer(self) -> bool:
+        """Whether a LOMO optimizer (``Lomo``, ``AdaLomo``) was prepared."""
+        return self._prepared.has_lomo_optimizer
 
     # FP8 is out of scope: no recipe can be given, so these keep their "FP8 off" values.
     fp8_recipe_handler: None = None

@@ -10,7 +10,10 @@ by the fp16 gradient scaler.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from accel_core.gradient_state import GradientState
 
 
 class AcceleratedScheduler:
@@ -22,6 +25,9 @@ class AcceleratedScheduler:
         step_with_optimizer: advance only with real optimizer steps (False: every call steps).
         split_batches: batches are split between processes (step once instead of
             ``num_processes`` times).
+        num_processes, gradient_state: the number of processes and the process-wide
+            ``GradientState``, given by whoever wraps the scheduler (``prepare`` does); when not
+            given, as in Accelerate's signature, they are read from the process's current states.
     """
 
     def __init__(
@@ -30,6 +36,9 @@ class AcceleratedScheduler:
         optimizers: Any,
         step_with_optimizer: bool = True,
         split_batches: bool = False,
+        *,
+        num_processes: int | None = None,
+        gradient_state: GradientState | None = None,
     ) -> None:
         from accel_core.gradient_state import GradientState
         from accel_core.state import AcceleratorState
@@ -40,8 +49,10 @@ class AcceleratedScheduler:
         )
         self.split_batches = split_batches
         self.step_with_optimizer = step_with_optimizer
-        self.gradient_state = GradientState()
-        self._num_processes = AcceleratorState().num_processes
+        self.gradient_state = gradient_state if gradient_state is not None else GradientState()
+        self._num_processes = (
+            num_processes if num_processes is not None else AcceleratorState().num_processes
+        )
 
     def step(self, *args: Any, **kwargs: Any) -> None:
         """Advance the schedule as described in the class docstring."""

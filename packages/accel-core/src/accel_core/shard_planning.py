@@ -19,42 +19,25 @@ from typing import Any
 
 import torch
 
-_UNITS = {
-    "B": 1,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KIB": 2**10,
-    "MIB": 2**20,
-    "GIB": 2**30,
-    "TIB": 2**40,
-}
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
-_ACCEPTED = (
-    "an int (bytes) or a string of a number and a unit: KB, MB, GB, TB (powers of 1000) or "
-    "KiB, MiB, GiB, TiB (powers of 1024), case-insensitive, e.g. '10GB', '200MB', '5GiB'"
-)
+from accel_ops import sizes
 
 
 def parse_size(size: int | str) -> int:
     """``size`` in bytes: ints pass through; ``"10GB"`` is ``10 * 10**9``, ``"5GiB"`` ``5 * 2**30``.
 
-    Units are case-insensitive, as in transformers' and Accelerate's ``max_shard_size``
-    (``"5gb"`` is five gigabytes). Raises ``ValueError`` for anything else or a size below 1.
+    The rules are :func:`accel_ops.sizes.parse_size`'s, with units case-insensitive as in
+    ``Accelerator.save_model`` and transformers' ``max_shard_size`` (``"5gb"`` is five gigabytes,
+    not bits), and a unit required (``"10"`` and floats are refused, as before). Raises
+    ``ValueError`` for anything else or a size below 1.
     """
-    if isinstance(size, bool) or not isinstance(size, int | str):
-        raise ValueError(f"max_shard_size={size!r} is not a size: expected {_ACCEPTED}.")
-    if isinstance(size, int):
-        value = size
-    else:
-        match = _SIZE.fullmatch(size)
-        unit = match.group(2).upper() if match else ""
-        if match is None or unit not in _UNITS:
-            raise ValueError(f"max_shard_size={size!r} is not a size: expected {_ACCEPTED}.")
-        value = int(float(match.group(1)) * _UNITS[unit])
+    unitless = isinstance(size, str) and size.strip().replace(".", "", 1).isdigit()
+    if isinstance(size, float) or unitless:
+        raise ValueError(f"max_shard_size={size!r} is not a size: expected {sizes.ACCEPTED}.")
+    value = sizes.parse_size(size, name="max_shard_size", bits=False)
     if value < 1:
-        raise ValueError(f"max_shard_size={size!r} must be at least 1 byte: expected {_ACCEPTED}.")
+        raise ValueError(
+            f"max_shard_size={size!r} must be at least 1 byte: expected {sizes.ACCEPTED}."
+        )
     return value
 
 

@@ -2,12 +2,18 @@
 
 Like Hugging Face Accelerate's, every instance shares one dictionary (the first construction
 initialises it; later ones read it), and it sits on top of ``accel_ops.PartialState`` (rank,
-world size, device, process group): attributes it does not hold itself are read from there.
+world size, device, process group): each of the process state's attributes and methods is read
+through a property or method of the same name here.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from accel_core.configuration import TorchDynamoPlugin
 from accel_core.precision import check_mixed_precision
@@ -16,6 +22,7 @@ from accel_ops import DistributedType, PartialState
 if TYPE_CHECKING:
     from accel_core.parallelism import ParallelismConfigLike
     from accel_core.strategies import Strategy
+    from accel_ops import LaunchEnvironment
 
 
 class AcceleratorState:
@@ -32,7 +39,7 @@ class AcceleratorState:
         parallelism_config, device_mesh: the ``ParallelismConfig`` and torch's ``DeviceMesh``
             built from it (None without one).
         partial: the underlying ``accel_ops.PartialState``; ``num_processes``, ``process_index``,
-            ``device``, ``is_main_process``... are read from it.
+            ``device``, ``is_main_process``, ``wait_for_everyone``... read through to it.
     """
 
     _shared_state: dict[str, Any] = {}
@@ -60,7 +67,7 @@ class AcceleratorState:
             return
 
         # PartialState reads the launch environment (ACCEL_USE_CPU included) once for the process
-        self.partial = PartialState(cpu=cpu, **kwargs)
+        self.partial: PartialState = PartialState(cpu=cpu, **kwargs)
         environment = self.partial.launch_environment
         chosen = mixed_precision if mixed_precision is not None else environment.mixed_precision
         self._mixed_precision = check_mixed_precision(chosen, self.partial.device)
@@ -159,6 +166,119 @@ class AcceleratorState:
         """Whether the processes were forked by ``notebook_launcher``."""
         return PartialState().fork_launched
 
+    # -- the process state (``accel_ops.PartialState``), read through ------------------------
+
+    @property
+    def launch_environment(self) -> LaunchEnvironment:
+        """What the launcher set for this process (read once, by the process state)."""
+        return self.partial.launch_environment
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process."""
+        return self.partial.device
+
+    @property
+    def default_device(self) -> torch.device:
+        """The device of this process (same as ``device``)."""
+        return self.partial.default_device
+
+    @property
+    def num_processes(self) -> int:
+        """The number of processes of the job."""
+        return self.partial.num_processes
+
+    @property
+    def process_index(self) -> int:
+        """The global rank of this process."""
+        return self.partial.process_index
+
+    @property
+    def local_process_index(self) -> int:
+        """The rank of this process on its machine."""
+        return self.partial.local_process_index
+
+    @property
+    def backend(self) -> str | None:
+        """The process group backend (``"gloo"``, ``"nccl"``...), None with one process."""
+        return self.partial.backend
+
+    @property
+    def timeout(self) -> timedelta:
+        """The timeout of the process group and of every collective."""
+        return self.partial.timeout
+
+    @property
+    def debug(self) -> bool:
+        """Whether collectives check shapes and dtypes across ranks first."""
+        return self.partial.debug
+
+    @property
+    def use_distributed(self) -> bool:
+        """Whether more than one process takes part."""
+        return self.partial.use_distributed
+
+    @property
+    def is_main_process(self) -> bool:
+        """Whether this is the process of global rank 0."""
+        return self.partial.is_main_process
+
+    @property
+    def is_local_main_process(self) -> bool:
+        """Whether this is the process of rank 0 on its machine."""
+        return self.partial.is_local_main_process
+
+    @property
+    def is_last_process(self) -> bool:
+        """Whether this is the process of the highest global rank."""
+        return self.partial.is_last_process
+
+    def wait_for_everyone(self) -> None:
+        """Block until every process reaches this point (no-op on one process)."""
+        self.partial.wait_for_everyone()
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` once per machine (on the local main process)."""
+        self.partial.print(*args, **kwargs)
+
+    def main_process_first(self) -> AbstractContextManager[None]:
+        """Run the block on the main process first, then on the others."""
+        return self.partial.main_process_first()
+
+    def local_main_process_first(self) -> AbstractContextManager[None]:
+        """Run the block on each machine's main process first, then on the others."""
+        return self.partial.local_main_process_first()
+
+    def split_between_processes(
+        self, inputs: Any, apply_padding: bool = False
+    ) -> AbstractContextManager[Any]:
+        """Give each process its share of ``inputs`` (a list, tuple, dict of them, or tensor)."""
+        return self.partial.split_between_processes(inputs, apply_padding=apply_padding)
+
+    def on_main_process(self, function: Callable[..., Any] | None = None) -> Any:
+        """Decorator: run ``function`` only on the main process."""
+        return self.partial.on_main_process(function)
+
+    def on_local_main_process(self, function: Callable[..., Any] | None = None) -> Any:
+        """Decorator: run ``function`` only on each machine's main process."""
+        return self.partial.on_local_main_process(function)
+
+    def on_last_process(self, function: Callable[..., Any] | None = None) -> Any:
+        """Decorator: run ``function`` only on the last process."""
+        return self.partial.on_last_process(function)
+
+    def on_process(
+        self, function: Callable[..., Any] | None = None, process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` only on the process of global rank ``process_index``."""
+        return self.partial.on_process(function, process_index=process_index)
+
+    def on_local_process(
+        self, function: Callable[..., Any] | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` only on the process of local rank ``local_process_index``."""
+        return self.partial.on_local_process(function, local_process_index=local_process_index)
+
     def _set_strategy(self, strategy: Strategy) -> None:
         """Record the strategy chosen by the Accelerator (after its ``setup_environment``)."""
         self.strategy = strategy
@@ -169,18 +289,18 @@ class AcceleratorState:
             self.distributed_type = strategy.distributed_type
 
     def __getattr__(self, name: str) -> Any:
-        # Only called for names not in the shared dict: read them from the process state.
+        # Only called for names the state does not hold (or whose property failed): nothing is
+        # forwarded; after ``_reset_state()`` the error says so in Accelerate's words.
         if name.startswith("__") or name in ("partial", "_mixed_precision"):
             raise AttributeError(name)
-        partial = self._shared_state.get("partial")
-        if partial is None:
+        if "partial" not in self._shared_state:
             raise AttributeError(
                 f"`AcceleratorState` object has no attribute `{name}`. This happens if "
                 "`AcceleratorState._reset_state()` was called and an `Accelerator` or "
                 "`PartialState` was not reinitialized, or before the first Accelerator: create "
                 "an Accelerator first."
             )
-        return getattr(partial, name)
+        raise AttributeError(f"'AcceleratorState' object has no attribute {name!r}")
 
     def __repr__(self) -> str:
         if not self.initialized:

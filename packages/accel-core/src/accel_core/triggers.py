@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,7 +23,11 @@ import torch
 class TriggerMixin:
     """``set_trigger``, ``check_trigger`` and ``trigger_sync_in_backward`` for the Accelerator."""
 
-    device: torch.device
+    if TYPE_CHECKING:
+
+        @property
+        def device(self) -> torch.device: ...  # ProcessMixin's
+
     #: This process's trigger flag (a 0-d tensor on ``device``), ``None`` until first used.
     flag_tensor: torch.Tensor | None = None
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from functools import cache
+
 import torch
 
+from accel_core.engine_description import installed_engines
 from accel_core.regional_compilation import has_compiled_regions
 
-# Wrappers of other engines, recognised by class name so that accel-core imports none of them.
-_FOREIGN_WRAPPERS = frozenset({"DeepSpeedEngine", "FullyShardedDataParallel", "PipelineEngine"})
+
+@cache
+def _engine_wrappers() -> frozenset[str]:
+    """The class names of the wrappers installed engines put around a model (their descriptions'
+    ``wrapper_classes``), so that accel-core recognises them without importing any engine."""
+    return frozenset(
+        name for engine in installed_engines().values() for name in engine.wrapper_classes
+    )
 
 
 def is_compiled_module(module: object) -> bool:
@@ -21,7 +30,7 @@ def is_compiled_module(module: object) -> bool:
 def _is_wrapper(model: object) -> bool:
     parallel = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
     return isinstance(model, parallel) or (
-        type(model).__name__ in _FOREIGN_WRAPPERS and hasattr(model, "module")
+        type(model).__name__ in _engine_wrappers() and hasattr(model, "module")
     )
 
 

@@ -1,5 +1,7 @@
 """Checkpoints: ``Accelerator.save_state`` / ``load_state`` in Hugging Face Accelerate's layout.
 
+- :mod:`~accel_core.checkpointing.checkpointer`: :class:`Checkpointer`, the Accelerator's part that
+  saves and restores its prepared objects; :mod:`~accel_core.checkpointing.mixin` delegates to it.
 - :mod:`~accel_core.checkpointing.names`: the file names (Accelerate's, plus our manifest).
 - :mod:`~accel_core.checkpointing.folder_io`: :class:`CheckpointWriter` / :class:`CheckpointReader`,
   what a :class:`~accel_core.Strategy` writes and reads through.

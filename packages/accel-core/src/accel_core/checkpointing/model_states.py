@@ -11,6 +11,7 @@ state is loaded.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -84,9 +85,10 @@ def read_model_state(reader: CheckpointReader, index: int, device: str) -> Model
 def check_model_state(
     file: str, state: dict[str, Any], model: torch.nn.Module, strict: bool
 ) -> dict[str, Any]:
-    """``state`` keyed like ``model``'s unwrapped state dict; raise on what doesn't fit."""
+    """``state`` keyed like ``model``'s state dict (``model`` is the user's model, out of its
+    wrappers); raise on what doesn't fit."""
     state = strip_wrapper_prefixes(state)
-    expected = extract_model_from_parallel(model).state_dict(keep_vars=True)
+    expected = model.state_dict(keep_vars=True)
     missing = [key for key in expected if key not in state]
     unexpected = [key for key in state if key not in expected]
     tied = _tied_names(expected)
@@ -178,9 +180,12 @@ def load_all(
     *,
     map_location: str | torch.device = "cpu",
     strict: bool = True,
+    unwrap: Callable[[torch.nn.Module], torch.nn.Module] = extract_model_from_parallel,
 ) -> None:
-    """Read and check every model and optimizer state, then load them all."""
+    """Read and check every model and optimizer state, then load them all. ``unwrap`` gives the
+    user's model out of a prepared one (the strategy's ``unwrap_model``)."""
     device = str(map_location)
+    models = [unwrap(model) for model in models]
     weights, checked = [], []
     for index, model in enumerate(models):
         found = read_model_state(reader, index, "cpu")
@@ -198,7 +203,7 @@ def load_all(
         check_optimizer_state(str(reader.path(file)), state, optimizer)
         optimizer_states.append((state, mapped))
     for model, found, state in zip(models, weights, checked, strict=True):
-        found.load_into(extract_model_from_parallel(model), state)
+        found.load_into(model, state)
     for optimizer, (state, mapped) in zip(optimizers, optimizer_states, strict=True):
         if mapped:
             state = into_live_tensors(state, optimizer)

@@ -12,7 +12,7 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from accel_core.checkpointing import names, rng_states, safe_load
 from accel_core.checkpointing.errors import CheckpointError
@@ -21,12 +21,13 @@ from accel_core.checkpointing.manifest import Manifest, checksum_share
 from accel_core.data_loader.progress import ResumePoint
 
 if TYPE_CHECKING:
-    from accel_core.accelerator import Accelerator
+    from accel_core.checkpointing.checkpointer import Checkpointer
+    from accel_core.prepared_objects import PreparedObjects, Stateful
 
 logger = logging.getLogger(__name__)
 
 
-def open_checked(accelerator: Accelerator, folder: Path, weights_only: bool) -> CheckpointReader:
+def open_checked(checkpointer: Checkpointer, folder: Path, weights_only: bool) -> CheckpointReader:
     """The reader of ``folder``, once its manifest's sizes and checksums hold on every process
     (every process calls it).
 
@@ -41,10 +42,9 @@ def open_checked(accelerator: Accelerator, folder: Path, weights_only: bool) -> 
         found = str(caught)
     reader = CheckpointReader(folder, manifest, weights_only=weights_only)
     if manifest is not None:
-        found = _verify_share(
-            manifest, reader, accelerator.local_process_index, accelerator.num_processes
-        )
-    reports = accelerator._meet("load_state", found)
+        state = checkpointer.state
+        found = _verify_share(manifest, reader, state.local_process_index, state.num_processes)
+    reports = checkpointer.meet("load_state", found)
     if reports:
         raise CheckpointError(reports[0])
     if manifest is not None:
@@ -53,26 +53,27 @@ def open_checked(accelerator: Accelerator, folder: Path, weights_only: bool) -> 
 
 
 def load(
-    accelerator: Accelerator,
+    checkpointer: Checkpointer,
     reader: CheckpointReader,
     models: list[Any],
     map_location: Any,
     strict: bool,
-) -> None:
-    """Restore the checkpoint of ``reader`` (from :func:`open_checked`) into the accelerator's
-    prepared objects (every process calls it)."""
+) -> int | None:
+    """Restore the checkpoint of ``reader`` (from :func:`open_checked`) into ``checkpointer``'s
+    prepared objects (every process calls it); returns the saved step (None if not saved), for
+    the caller to set."""
     folder, manifest = reader.root, reader.manifest
-    rank, world_size = accelerator.process_index, accelerator.num_processes
-    _check_counts(accelerator, reader)
+    prepared, strategy, scaler = checkpointer.prepared, checkpointer.strategy, checkpointer.scaler
+    rank, world_size = checkpointer.state.process_index, checkpointer.state.num_processes
+    _check_counts(prepared, reader)
     scheduler_states = [
-        reader.read_object(names.scheduler_file(i)) for i in range(len(accelerator._schedulers))
+        reader.read_object(names.scheduler_file(i)) for i in range(len(prepared.schedulers))
     ]
     scaler_state = None
-    if accelerator.scaler is not None and reader.exists(names.SCALER):
+    if scaler is not None and reader.exists(names.SCALER):
         scaler_state = reader.read_object(names.SCALER)
     custom_states = [
-        reader.read_object(names.custom_file(i), "cpu")
-        for i in range(len(accelerator._custom_objects))
+        reader.read_object(names.custom_file(i), "cpu") for i in range(len(prepared.custom_objects))
     ]
     saved_world = manifest.world_size if manifest is not None else _accelerate_world(folder)
     rng = None
@@ -88,7 +89,7 @@ def load(
         if getattr(loader, "use_stateful_dataloader", False)
         and reader.exists(names.loader_state_file(i))
         else None
-        for i, loader in enumerate(accelerator._dataloaders)
+        for i, loader in enumerate(prepared.dataloaders)
     ]
     gradients = [
         reader.read_tensors(names.gradients_file(i, rank))
@@ -100,23 +101,23 @@ def load(
         safe_load.load_accelerate_sampler(reader.path(names.sampler_file(i)))
         if manifest is None and reader.path(names.sampler_file(i)).is_file()
         else None
-        for i in range(len(accelerator._dataloaders))
+        for i in range(len(prepared.dataloaders))
     ]
 
-    accelerator.strategy.load_checkpoint(
-        reader, models, accelerator._optimizers, map_location=map_location, strict=strict
+    strategy.load_checkpoint(
+        reader, models, prepared.optimizers, map_location=map_location, strict=strict
     )
     for model, saved in zip(models, gradients, strict=True):
-        accelerator.strategy.restore_accumulated_gradients(model, saved)
-    for scheduler, state in zip(accelerator._schedulers, scheduler_states, strict=True):
+        strategy.restore_accumulated_gradients(model, saved)
+    for scheduler, state in zip(prepared.schedulers, scheduler_states, strict=True):
         scheduler.load_state_dict(state)
-    if scaler_state is not None:
-        accelerator.scaler.load_state_dict(scaler_state)
-    for obj, state in zip(accelerator._custom_objects, custom_states, strict=True):
+    if scaler is not None and scaler_state is not None:
+        scaler.load_state_dict(scaler_state)
+    for obj, state in zip(prepared.custom_objects, custom_states, strict=True):
         obj.load_state_dict(state)
     if manifest is not None:
-        accelerator.strategy.load_extra_state(manifest.strategy_state)
-        accelerator._resume_tracking(manifest.trackers)
+        strategy.load_extra_state(manifest.strategy_state)
+        checkpointer.tracking.resume(manifest.trackers)
     if saved_world != world_size and rank == 0:
         unused = list(range(world_size, saved_world))
         warnings.warn(
@@ -124,23 +125,22 @@ def load(
             f"{world_size}: models, optimizers, schedulers and registered objects are restored"
             + (f"; the random states of rank(s) {unused} are not used" if unused else "")
             + ".",
-            stacklevel=3,
+            stacklevel=4,
         )
     if rng is None:
         warnings.warn(
             f"load_state: {folder} has no {names.rng_file(rank)} (it was saved by {saved_world} "
             f"process(es), this is rank {rank} of {world_size}); this process keeps its random "
             "states and takes the step and loader positions from rank 0's file.",
-            stacklevel=3,
+            stacklevel=4,
         )
     if shared is None:
-        return
-    if "step" in shared:
-        accelerator.step = int(shared["step"])
+        return None
+    step = int(shared["step"]) if "step" in shared else None
     positions = shared.get("accel_dataloaders") or []
     if rng is not None:
         rng_states.restore(rng)
-    for index, loader in enumerate(accelerator._dataloaders):
+    for index, loader in enumerate(prepared.dataloaders):
         # At an epoch boundary a loader that tracks its progress starts the next epoch fresh
         # (its batch count says so); the others' saved state marks the epoch finished itself.
         at_boundary = (
@@ -148,12 +148,14 @@ def load(
             and index < len(positions)
             and not positions[index].get("batches")
         )
-        if loader_states[index] is not None and not at_boundary:
-            loader.load_state_dict(loader_states[index])
+        saved_state = loader_states[index]
+        if saved_state is not None and not at_boundary:
+            cast("Stateful", loader).load_state_dict(saved_state)  # a StatefulDataLoader
         if samplers[index] is not None:
             _apply_accelerate_sampler(loader, samplers[index])
         if index < len(positions):
             _restore_position(loader, positions[index], rng, saved_world, world_size, index)
+    return step
 
 
 def _verify_share(
@@ -195,21 +197,21 @@ def hashing_threads(local_world: int) -> int:
     return max(1, min(MAX_HASHING_THREADS, cores // max(1, local_world)))
 
 
-def _check_counts(accelerator: Accelerator, reader: CheckpointReader) -> None:
+def _check_counts(prepared: PreparedObjects, reader: CheckpointReader) -> None:
     folder = reader.root
     found = sorted(
         int(m.group(1))
         for p in folder.iterdir()
         if (m := names.CUSTOM_PATTERN.match(p.name)) is not None
     )
-    if len(found) != len(accelerator._custom_objects):
+    if len(found) != len(prepared.custom_objects):
         raise CheckpointError(
             f"checkpoint {folder} has {len(found)} custom_checkpoint_<i>.pkl file(s), but "
-            f"{len(accelerator._custom_objects)} object(s) are registered with "
+            f"{len(prepared.custom_objects)} object(s) are registered with "
             "register_for_checkpointing; register the same objects, in the same order, as when "
             "it was saved."
         )
-    for index in range(len(accelerator._schedulers)):
+    for index in range(len(prepared.schedulers)):
         if not reader.exists(names.scheduler_file(index)):
             raise CheckpointError(
                 f"checkpoint {folder} has no {names.scheduler_file(index)} for prepared scheduler "
@@ -253,7 +255,7 @@ def _restore_position(
             f"{batches} batch(es) per process of epoch {epoch} ({global_batches} in all); on "
             f"{_processes(world_size)} that is {per_process:g} per process: {hint}. The epoch's "
             "global order is restored; the random states of the processes are not mapped.",
-            stacklevel=4,
+            stacklevel=5,
         )
         return
     if batches == 0 or rng is None:

@@ -128,8 +128,8 @@ def load_accelerate_sampler(path: Path) -> AccelerateSamplerRecord:
     (the dataset it references) becomes an inert placeholder.
     """
     module = types.ModuleType("accel_sampler_pickle")
-    module.Unpickler = _SamplerUnpickler  # type: ignore[attr-defined]
-    module.load = pickle.load  # type: ignore[attr-defined]
+    module.__dict__["Unpickler"] = _SamplerUnpickler
+    module.__dict__["load"] = pickle.load
     module.__dict__["UnpicklingError"] = pickle.UnpicklingError
     try:
         record = torch.load(path, map_location="cpu", weights_only=False, pickle_module=module)

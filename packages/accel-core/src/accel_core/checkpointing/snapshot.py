@@ -9,7 +9,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -18,7 +18,8 @@ from accel_core.checkpointing.manifest import Manifest, library_versions
 from accel_core.strategies.base import Strategy
 
 if TYPE_CHECKING:
-    from accel_core.accelerator import Accelerator
+    from accel_core.checkpointing.checkpointer import Checkpointer
+    from accel_core.prepared_objects import Stateful
 
 
 @dataclass
@@ -47,7 +48,7 @@ class Snapshot:
 
 
 def take(
-    accelerator: Accelerator,
+    checkpointer: Checkpointer,
     target: Path,
     temporary: Path,
     weights: list[dict[str, Any]],
@@ -55,40 +56,47 @@ def take(
     copy: bool,
     staging: dict[str, Any] | None = None,
 ) -> Snapshot:
-    """Read every state now; with ``copy`` the tensors are CPU copies owned by the snapshot,
-    written into ``staging`` (the copies of the previous asynchronous save) where they fit."""
-    strategy = accelerator.strategy
-    loaders = accelerator._dataloaders
-    rng = rng_states.capture(accelerator.step)
+    """Read every state of ``checkpointer``'s objects now; with ``copy`` the tensors are CPU
+    copies owned by the snapshot, written into ``staging`` (the copies of the previous
+    asynchronous save) where they fit."""
+    strategy = checkpointer.strategy
+    prepared = checkpointer.prepared
+    loaders = prepared.dataloaders
+    step = checkpointer.accumulation.step
+    rng = rng_states.capture(step)
     rng["accel_dataloaders"] = [_loader_position(loader) for loader in loaders]
-    state = accelerator.state
-    on_each_node = accelerator.project_configuration.save_on_each_node
+    state = checkpointer.state
+    scaler = checkpointer.scaler
+    on_each_node = checkpointer.project_configuration.save_on_each_node
     snapshot = Snapshot(
         target=target,
         temporary=temporary,
         weights=weights,
-        optimizer_states=strategy.checkpoint_optimizer_states(accelerator._optimizers),
-        scheduler_states=[scheduler.state_dict() for scheduler in accelerator._schedulers],
-        scaler_state=accelerator.scaler.state_dict() if accelerator.scaler is not None else None,
-        custom_states=[obj.state_dict() for obj in accelerator._custom_objects],
+        optimizer_states=strategy.checkpoint_optimizer_states(prepared.optimizers),
+        scheduler_states=[scheduler.state_dict() for scheduler in prepared.schedulers],
+        scaler_state=scaler.state_dict() if scaler is not None else None,
+        custom_states=[obj.state_dict() for obj in prepared.custom_objects],
         loader_states=[
-            loader.state_dict() if getattr(loader, "use_stateful_dataloader", False) else None
+            cast("Stateful", loader).state_dict()  # a StatefulDataLoader's
+            if getattr(loader, "use_stateful_dataloader", False)
+            else None
             for loader in loaders
         ],
-        gradients=_accumulated_gradients(accelerator),
+        gradients=_accumulated_gradients(checkpointer),
         rng=rng,
         manifest=Manifest(
             world_size=state.num_processes,
-            step=accelerator.step,
-            iteration=accelerator.save_iteration,
+            step=step,
+            iteration=checkpointer.save_iteration,
             strategy=strategy.name,
             libraries=library_versions(),
             models=[
-                {"class": type(accelerator.unwrap_model(m)).__name__} for m in accelerator._models
+                {"class": type(strategy.unwrap_model(m, True, True)).__name__}
+                for m in prepared.models
             ],
             dataloaders=[_loader_summary(loader) for loader in loaders],
-            custom_objects=[type(obj).__name__ for obj in accelerator._custom_objects],
-            trackers=accelerator._tracking_state(),
+            custom_objects=[type(obj).__name__ for obj in prepared.custom_objects],
+            trackers=checkpointer.tracking.run_states(),
             strategy_state=strategy.checkpoint_extra_state(),
         ),
         safe_serialization=safe_serialization,
@@ -153,12 +161,12 @@ def staged(snapshot: Snapshot) -> dict[str, Any]:
     return {name: getattr(snapshot, name) for name in STAGED_FIELDS}
 
 
-def _accumulated_gradients(accelerator: Accelerator) -> list[dict[str, torch.Tensor]]:
+def _accumulated_gradients(checkpointer: Checkpointer) -> list[dict[str, torch.Tensor]]:
     """Each model's gradients, when the checkpoint falls inside an accumulation cycle."""
-    steps = accelerator.gradient_accumulation_steps
-    if steps <= 1 or accelerator.step % steps == 0:
+    if not checkpointer.accumulation.in_cycle():
         return []
-    return [accelerator.strategy.accumulated_gradients(model) for model in accelerator._models]
+    strategy = checkpointer.strategy
+    return [strategy.accumulated_gradients(model) for model in checkpointer.prepared.models]
 
 
 def _loader_position(loader: Any) -> dict[str, Any]:

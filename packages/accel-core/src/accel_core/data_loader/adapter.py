@@ -11,9 +11,15 @@ loader's class as its ``__class__``, so ``isinstance(adapter, DataLoader)`` hold
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol, cast
 
 from torch.utils.data import DataLoader, Dataset, Sampler
+
+
+class _StatefulLoader(Protocol):
+    """torchdata's ``StatefulDataLoader``, as far as this module uses it."""
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
 def _rebuild(cls: type[DataLoaderAdapter], state: dict[str, Any]) -> DataLoaderAdapter:
@@ -88,7 +94,8 @@ class DataLoaderAdapter:
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore the inner (stateful) loader's position."""
-        self.base_dataloader.load_state_dict(state_dict)  # type: ignore[attr-defined]
+        # Only a stateful inner loader has the method (a plain one raises AttributeError).
+        cast(_StatefulLoader, self.base_dataloader).load_state_dict(state_dict)
 
     def adjust_state_dict_for_prefetch(self) -> None:
         """Correct ``dl_state_dict`` for batches read ahead but not yet yielded.

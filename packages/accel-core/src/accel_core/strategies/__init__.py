@@ -14,7 +14,9 @@ from accel_core.strategies.registry import (
     UnknownStrategyError,
     available_strategies,
     create_strategy,
+    describe_strategy,
     register_strategy,
+    strategy_descriptions,
 )
 from accel_core.strategies.resolver import resolve_strategy
 
@@ -30,8 +32,10 @@ __all__ = [
     "UnknownStrategyError",
     "available_strategies",
     "create_strategy",
+    "describe_strategy",
     "match_parameters",
     "register_strategy",
     "repoint_optimizer",
     "resolve_strategy",
+    "strategy_descriptions",
 ]

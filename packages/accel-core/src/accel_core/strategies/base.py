@@ -18,7 +18,9 @@ Call order, on every process, for one ``Accelerator``:
    An engine that scales its loss itself (DeepSpeed) returns one without a scaler.
 4. ``configure_accumulation(plugin)`` -- once, BEFORE the process-wide ``GradientState`` is
    created from the returned plugin: an engine that owns accumulation (DeepSpeed's
-   ``gradient_accumulation_steps``) reconciles it with its own config here.
+   ``gradient_accumulation_steps``) reconciles it with its own config here. The Accelerator then
+   sets ``accelerator_state`` and ``gradient_state`` on the strategy: the default
+   ``setup_optimizer`` hands them to the ``AcceleratedOptimizer`` it builds.
 5. ``module_init_context(empty_init)`` (only for :class:`SupportsShardedInit`) -- entered by
    ``Accelerator.init_module()`` around the user's model construction (ZeRO-3 ``zero.Init``,
    meta-device init for FSDP).
@@ -79,7 +81,6 @@ Call order, on every process, for one ``Accelerator``:
 
 Questions the rest of accel-core asks instead of comparing distribution types: ``multi_device``,
 ``replicates_model`` (LocalSGD), ``reduces_gradients_in_step`` (``GradientState``),
-``shards_over_mesh`` (a ``ParallelismConfig`` with ``dp_shard_size > 1``),
 ``make_grad_scaler`` (``get_grad_scaler``), ``plugin`` (``AcceleratorState.deepspeed_plugin``,
 ``is_fsdp2``).
 
@@ -116,7 +117,7 @@ from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
     from accel_core.checkpointing import CheckpointReader, CheckpointWriter
-    from accel_core.gradient_state import GradientAccumulationPlugin
+    from accel_core.gradient_state import GradientAccumulationPlugin, GradientState
     from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs
     from accel_core.precision import Precision
     from accel_core.state import AcceleratorState
@@ -155,11 +156,6 @@ class Strategy(ABC):
     #: Whether the engine reduces gradients inside its own step (XLA under FSDP):
     #: ``GradientState.is_xla_gradients_synced`` then always reads True.
     reduces_gradients_in_step: ClassVar[bool] = False
-    #: Whether the strategy shards the model over the ``dp_shard`` dimension of the state's
-    #: ``ParallelismConfig`` (and replicates over ``dp_replicate``: HSDP) in
-    #: ``setup_environment``; a configuration with ``dp_shard_size > 1`` needs such a strategy.
-    shards_over_mesh: ClassVar[bool] = False
-
     distributed_type: DistributedType | None = None
     #: The Accelerate-style plugin object this strategy was created from (``DeepSpeedPlugin``,
     #: ``FullyShardedDataParallelPlugin``...), or None.
@@ -168,6 +164,11 @@ class Strategy(ABC):
     #: ``"deepspeed_plugins"``). When the launch chose the strategy and the Accelerator was given
     #: no plugin, the state shows the strategy's own there, as Accelerate's state does.
     plugin_slot: ClassVar[str | None] = None
+    #: The process-wide states, set by the Accelerator after ``configure_accumulation`` (None for
+    #: a strategy used without one): the prepared optimizers read their device and
+    #: ``sync_gradients`` from them.
+    accelerator_state: AcceleratorState | None = None
+    gradient_state: GradientState | None = None
 
     # -- environment and device ----------------------------------------------------------------
 
@@ -286,6 +287,8 @@ class Strategy(ABC):
             device_placement=device_placement,
             scaler=self.precision.scaler,
             step_function=self.optimizer_step,
+            accelerator_state=self.accelerator_state,
+            gradient_state=self.gradient_state,
         )
 
     def setup_scheduler(
@@ -422,7 +425,14 @@ class Strategy(ABC):
         """Read every model and optimizer state, check it against its object, then load it."""
         from accel_core.checkpointing import model_states
 
-        model_states.load_all(reader, models, optimizers, map_location=map_location, strict=strict)
+        model_states.load_all(
+            reader,
+            models,
+            optimizers,
+            map_location=map_location,
+            strict=strict,
+            unwrap=self.unwrap_model,
+        )
 
     def checkpoint_extra_state(self) -> dict[str, Any]:
         """JSON-serialisable state of the strategy itself, stored in the manifest."""

@@ -1,48 +1,44 @@
-"""Strategy names -> lazy factories.
+"""Strategy names -> descriptions and lazy factories.
 
-A factory is imported only when its strategy is chosen. Third-party packages (accel-backends)
-add strategies through the ``accel.strategies`` entry-point group::
+Every strategy is described by an :class:`~accel_core.engine_description.EngineDescription`
+that its package publishes in the ``accel.strategies`` entry-point group::
 
     [project.entry-points."accel.strategies"]
-    deepspeed = "accel_backends.deepspeed:DeepSpeedStrategy"
+    deepspeed = "accel_backends.deepspeed.description:DESCRIPTION"
 
-An entry point names a callable ``factory(kwargs_handlers=(), **options) -> Strategy`` (a
-``Strategy`` subclass is one). accel-core registers its own strategies the same way in its
-pyproject and keeps a built-in table too, so a source checkout without installed metadata works.
+A strategy's module is imported only when the strategy is chosen. An entry point may also name a
+factory ``factory(kwargs_handlers=(), **options) -> Strategy`` directly (a ``Strategy`` subclass
+is one). accel-core publishes its own strategies the same way and keeps their descriptions at
+hand too (:data:`~accel_core.built_in_engines.BUILT_IN`), so a source checkout without
+installed metadata works.
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
+import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
+from accel_core.built_in_engines import BUILT_IN, PROVIDED_ELSEWHERE
+from accel_core.engine_description import (
+    ENTRY_POINT_GROUP,
+    EngineDescription,
+    describe_entry_point,
+    engine_for,
+)
 from accel_core.strategies.base import Strategy
 
-ENTRY_POINT_GROUP = "accel.strategies"
-
-# name -> "module:attribute", imported on use
-_BUILT_IN = {
-    "single_device": "accel_core.strategies.single_device:SingleDeviceStrategy",
-    "ddp": "accel_core.strategies.ddp:DDPStrategy",
-}
-
-# Strategies other packages provide: name -> what to install for it.
-_PROVIDERS = {
-    "deepspeed": "accel-backends[deepspeed]",
-    "fsdp": "accel-backends",
-    "xla": "accel-backends[xla]",
-}
-
-# Names users write that mean a registered strategy.
-_ALIASES = {
-    "no": "single_device",
-    "single": "single_device",
-    "single-device": "single_device",
-    "multi_cpu": "ddp",
-    "multi_gpu": "ddp",
-}
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "UnknownStrategyError",
+    "available_strategies",
+    "create_strategy",
+    "describe_strategy",
+    "get_strategy_factory",
+    "register_strategy",
+    "strategy_descriptions",
+]
 
 _registered: dict[str, Callable[..., Strategy]] = {}
 
@@ -60,14 +56,45 @@ def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name.lower(): ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
+def _load(entry_point: importlib.metadata.EntryPoint) -> EngineDescription:
+    try:
+        return describe_entry_point(entry_point)
+    except Exception as error:
+        raise UnknownStrategyError(
+            f"strategy {entry_point.name!r}: its entry point {entry_point.value!r} (group "
+            f"{ENTRY_POINT_GROUP!r}, package {getattr(entry_point.dist, 'name', '?')}) does not "
+            f"load: {type(error).__name__}: {error}"
+        ) from error
+
+
+def strategy_descriptions() -> dict[str, EngineDescription]:
+    """The description of every installed strategy, by name (built-ins included). Imports the
+    description module of each; one that does not load is left out with a warning (choosing it
+    by name raises the error)."""
+    found = dict(BUILT_IN)
+    for entry_point in _entry_points().values():
+        try:
+            description = _load(entry_point)
+        except UnknownStrategyError as error:
+            warnings.warn(str(error), RuntimeWarning, stacklevel=2)
+            continue
+        found[description.name] = description
+    return found
+
+
+def describe_strategy(name: str) -> EngineDescription | None:
+    """The description of the strategy ``name`` (or an alias of it); ``None`` if none is
+    installed. Loads only that strategy's entry point when ``name`` is its name."""
+    key = name.strip().lower()
+    entry_point = _entry_points().get(key)
+    if entry_point is not None:
+        return _load(entry_point)
+    return engine_for(key, BUILT_IN) or engine_for(key, strategy_descriptions())
+
+
 def available_strategies() -> list[str]:
-    """Every strategy name that can be created here, sorted."""
-    return sorted({*_BUILT_IN, *_entry_points(), *_registered})
-
-
-def _load(target: str) -> Any:
-    module, _, attribute = target.partition(":")
-    return getattr(importlib.import_module(module), attribute)
+    """Every strategy name that can be created here, sorted (imports no strategy)."""
+    return sorted({*BUILT_IN, *_entry_points(), *_registered})
 
 
 def installed_version(distribution: str) -> str | None:
@@ -83,31 +110,39 @@ def get_strategy_factory(name: str) -> Callable[..., Strategy]:
 
     Raises :class:`UnknownStrategyError` listing the known names and the package to install.
     """
-    key = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    key = name.strip().lower()
     if key in _registered:
         return _registered[key]
-    found = _entry_points().get(key)
-    if found is not None:
-        return found.load()
-    if key in _BUILT_IN:
-        return _load(_BUILT_IN[key])
+    description = describe_strategy(key)
+    if description is not None:
+        if description.name in _registered:
+            return _registered[description.name]
+        return cast("Callable[..., Strategy]", description.load_strategy())
+    raise UnknownStrategyError(_unknown_message(name, key))
+
+
+def _unknown_message(name: str, key: str) -> str:
     known = ", ".join(repr(n) for n in available_strategies())
-    if key in _PROVIDERS:
-        provider = _PROVIDERS[key].split("[")[0]
+    if key in PROVIDED_ELSEWHERE:
+        requirement = PROVIDED_ELSEWHERE[key].install
+        provider = requirement.split("[")[0]
         installed = installed_version(provider)
         if installed is not None:
-            raise UnknownStrategyError(
+            return (
                 f"strategy {name!r}: {provider} {installed} is installed but does not provide "
                 f"the {name} strategy yet. Installed strategies: {known}."
             )
-        raise UnknownStrategyError(
-            f"strategy {name!r} is not installed. Install it with "
-            f"`pip install {_PROVIDERS[key]}`. Installed strategies: {known}."
+        return (
+            f"strategy {name!r} is not installed. Install it with `pip install {requirement}`. "
+            f"Installed strategies: {known}."
         )
-    raise UnknownStrategyError(
-        f"unknown strategy {name!r}. Installed strategies: {known}. DeepSpeed, FSDP and XLA come "
-        "with `pip install accel-backends[deepspeed]` (or `accel-backends`, "
-        "`accel-backends[xla]`)."
+    elsewhere = ", ".join(
+        f"{engine.title} with `pip install {engine.install}`"
+        for engine in PROVIDED_ELSEWHERE.values()
+    )
+    return (
+        f"unknown strategy {name!r}. Installed strategies: {known}. Strategies come from "
+        f"packages that register an {ENTRY_POINT_GROUP!r} entry point; {elsewhere}."
     )
 
 

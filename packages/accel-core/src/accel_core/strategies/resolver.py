@@ -8,23 +8,29 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from accel_core.built_in_engines import PROVIDED_ELSEWHERE
 from accel_core.strategies.base import Strategy
-from accel_core.strategies.registry import create_strategy
+from accel_core.strategies.registry import create_strategy, strategy_descriptions
 
 if TYPE_CHECKING:
     from accel_core.kwargs_handlers import KwargsHandler
 
 
-#: The strategy a ``ParallelismConfig`` with ``dp_shard_size > 1`` chooses when neither the code
-#: nor the launch names one: FSDP2 over the mesh (accel-backends).
-SHARDING_DEFAULT = "fsdp"
+def sharding_strategy_name() -> str:
+    """The strategy a ``ParallelismConfig`` with ``dp_shard_size > 1`` chooses when neither the
+    code nor the launch names one: the installed engine whose description says
+    ``shards_by_default`` (FSDP2 of accel-backends), else the name of the one to install."""
+    for description in strategy_descriptions().values():
+        if description.shards_by_default:
+            return description.name
+    return next(name for name, engine in PROVIDED_ELSEWHERE.items() if engine.shards_by_default)
 
 
 def default_strategy_name(world_size: int, *, sharded: bool = False) -> str:
-    """:data:`SHARDING_DEFAULT` when the parallelism configuration shards the model (``sharded``),
-    else ``ddp`` when the job has more than one process, else ``single_device``."""
+    """:func:`sharding_strategy_name` when the parallelism configuration shards the model
+    (``sharded``), else ``ddp`` when the job has more than one process, else ``single_device``."""
     if sharded:
-        return SHARDING_DEFAULT
+        return sharding_strategy_name()
     return "ddp" if world_size > 1 else "single_device"
 
 

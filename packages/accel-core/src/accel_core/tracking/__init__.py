@@ -8,7 +8,9 @@
   DVCLive, SwanLab and the dependency-free JSON-lines tracker; each imports its backend only when
   it starts;
 - :mod:`~accel_core.tracking.class_table` -- ``LOGGER_TYPE_TO_CLASS``, a live view of the registry;
-- :mod:`~accel_core.tracking.mixin` -- ``TrackingMixin``, the ``Accelerator`` methods.
+- :mod:`~accel_core.tracking.experiment` -- ``ExperimentTracking``, the trackers of one
+  ``Accelerator``; :mod:`~accel_core.tracking.mixin` -- ``TrackingMixin``, its methods, which
+  delegate to it.
 
 Names are imported from their modules on first use.
 """

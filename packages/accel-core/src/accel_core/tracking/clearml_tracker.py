@@ -19,8 +19,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, on_main_process, require_started
-from accel_core.tracking.config_values import number, to_json
+from accel_core.tracking.base import JSONValue, on_main_process
+from accel_core.tracking.config_values import number
+from accel_core.tracking.run_tracker import RunTracker
 
 if TYPE_CHECKING:
     from clearml import Task
@@ -38,7 +39,7 @@ def title_and_series(name: str) -> tuple[str, str]:
     return name, "train"
 
 
-class ClearMLTracker(GeneralTracker):
+class ClearMLTracker(RunTracker["Task"]):
     """A ClearML task.
 
     Args:
@@ -48,20 +49,14 @@ class ClearMLTracker(GeneralTracker):
     """
 
     name = "clearml"
-    requires_logging_directory = False
+    _run_attribute = "task"
+    task: Task | None
 
     def __init__(self, run_name: str | None = None, **kwargs: object) -> None:
-        super().__init__()
+        super().__init__(run_name, **kwargs)
         self.user_provided_run_name = run_name
-        self.init_kwargs = dict(kwargs)
-        self.task: Task | None = None
         self._initialized_externally = False
         self._dropped: set[str] = set()
-
-    @property
-    def tracker(self) -> Task | None:
-        """The ClearML ``Task``."""
-        return self.task
 
     @on_main_process
     def start(self) -> None:
@@ -79,18 +74,14 @@ class ClearMLTracker(GeneralTracker):
         kwargs.setdefault("task_name", os.environ.get("CLEARML_TASK", self.user_provided_run_name))
         self.task = Task.init(**kwargs)  # type: ignore[arg-type]
 
-    @on_main_process
-    def store_init_configuration(self, values: Mapping[str, object]) -> None:
-        """``task.connect_configuration`` with ``values`` made JSON-safe."""
-        config = to_json(values)
-        self._task().connect_configuration(
-            config if isinstance(config, dict) else {"config": config}
-        )
+    def _store_config(self, run: Task, config: dict[str, JSONValue]) -> None:
+        """``task.connect_configuration(config)``."""
+        run.connect_configuration(config)
 
     @on_main_process
     def log(self, values: Mapping[str, object], step: int | None = None, **kwargs: object) -> None:
         """Numbers as scalars at ``step`` (single values without one); see the module docstring."""
-        clearml_logger = self._task().get_logger()
+        clearml_logger = self._started().get_logger()
         for key, value in values.items():
             found = number(value)
             if found is None:
@@ -119,7 +110,7 @@ class ClearMLTracker(GeneralTracker):
         self, values: Mapping[str, object], step: int | None = None, **kwargs: object
     ) -> None:
         """``report_image`` for each value (an array or PIL image), titled like :meth:`log`."""
-        clearml_logger = self._task().get_logger()
+        clearml_logger = self._started().get_logger()
         for key, image in values.items():
             title, series = title_and_series(key)
             clearml_logger.report_image(  # type: ignore[arg-type]
@@ -143,15 +134,11 @@ class ClearMLTracker(GeneralTracker):
                 raise ValueError("ClearMLTracker.log_table needs data= when dataframe is None")
             table = [columns, *data] if columns else data
         title, series = title_and_series(table_name)
-        self._task().get_logger().report_table(  # type: ignore[arg-type]
+        self._started().get_logger().report_table(  # type: ignore[arg-type]
             title=title, series=series, table_plot=table, iteration=step, **kwargs
         )
 
-    def _task(self) -> Task:
-        return require_started(self.task, "clearml")
-
-    @on_main_process
-    def finish(self) -> None:
+    def _close(self, run: Task) -> None:
         """``task.close()``, unless the script started the task itself."""
-        if self.task is not None and not self._initialized_externally:
-            self.task.close()
+        if not self._initialized_externally:
+            run.close()

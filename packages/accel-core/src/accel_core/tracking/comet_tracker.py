@@ -18,20 +18,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import (
-    GeneralTracker,
-    JSONValue,
-    TrackerState,
-    on_main_process,
-    require_started,
-)
-from accel_core.tracking.config_values import number, to_json
+from accel_core.tracking.base import JSONValue, TrackerState, on_main_process
+from accel_core.tracking.config_values import number
+from accel_core.tracking.run_tracker import RunTracker
 
 if TYPE_CHECKING:
     from comet_ml import CometExperiment
 
 
-class CometMLTracker(GeneralTracker):
+class CometMLTracker(RunTracker["CometExperiment"]):
     """A Comet experiment.
 
     Args:
@@ -41,19 +36,12 @@ class CometMLTracker(GeneralTracker):
     """
 
     name = "comet_ml"
-    requires_logging_directory = False
+    _run_attribute = "writer"
+    writer: CometExperiment | None
 
     def __init__(self, run_name: str, **kwargs: object) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = dict(kwargs)
-        self.writer: CometExperiment | None = None
+        super().__init__(run_name, **kwargs)
         self._resume_key: str | None = None
-
-    @property
-    def tracker(self) -> CometExperiment | None:
-        """The Comet experiment."""
-        return self.writer
 
     @on_main_process
     def start(self) -> None:
@@ -70,16 +58,14 @@ class CometMLTracker(GeneralTracker):
         kwargs.setdefault("project_name", self.run_name)
         self.writer = comet_ml.start(**kwargs)  # type: ignore[arg-type]
 
-    @on_main_process
-    def store_init_configuration(self, values: Mapping[str, object]) -> None:
-        """``log_parameters`` with ``values`` made JSON-safe."""
-        config = to_json(values)
-        self._writer().log_parameters(config if isinstance(config, dict) else {"config": config})
+    def _store_config(self, run: CometExperiment, config: dict[str, JSONValue]) -> None:
+        """``experiment.log_parameters(config)`` (Comet flattens nested dicts itself)."""
+        run.log_parameters(config)
 
     @on_main_process
     def log(self, values: Mapping[str, object], step: int | None = None, **kwargs: object) -> None:
         """Numbers as metrics, strings as others, dicts through ``log_metrics``."""
-        writer = self._writer()
+        writer = self._started()
         if step is not None:
             writer.set_step(step)
         for key, value in values.items():
@@ -109,11 +95,6 @@ class CometMLTracker(GeneralTracker):
         self.writer = None
         self.start()
 
-    def _writer(self) -> CometExperiment:
-        return require_started(self.writer, "comet_ml")
-
-    @on_main_process
-    def finish(self) -> None:
+    def _close(self, run: CometExperiment) -> None:
         """``experiment.end()`` (offline: writes the archive)."""
-        if self.writer is not None:
-            self.writer.end()
+        run.end()

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, on_main_process, require_started
-from accel_core.tracking.config_values import to_json
+from accel_core.tracking.base import JSONValue, on_main_process
+from accel_core.tracking.run_tracker import RunTracker
 
 if TYPE_CHECKING:
     from dvclive import Live
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-class DVCLiveTracker(GeneralTracker):
+class DVCLiveTracker(RunTracker["Live"]):
     """A DVCLive experiment.
 
     Args:
@@ -32,20 +32,15 @@ class DVCLiveTracker(GeneralTracker):
     """
 
     name = "dvclive"
-    requires_logging_directory = False
+    _run_attribute = "live"
+    live: Live | None
 
     def __init__(
         self, run_name: str | None = None, live: Live | None = None, **kwargs: object
     ) -> None:
-        super().__init__()
+        super().__init__(run_name, **kwargs)
         self.live = live
-        self.init_kwargs = dict(kwargs)
         self._dropped: set[str] = set()
-
-    @property
-    def tracker(self) -> Live | None:
-        """The ``dvclive.Live``."""
-        return self.live
 
     @on_main_process
     def start(self) -> None:
@@ -55,18 +50,16 @@ class DVCLiveTracker(GeneralTracker):
         if self.live is None:
             self.live = Live(**self.init_kwargs)  # type: ignore[arg-type]
 
-    @on_main_process
-    def store_init_configuration(self, values: Mapping[str, object]) -> None:
-        """``live.log_params`` with ``values`` made JSON-safe (``params.yaml``)."""
-        config = to_json(values)
-        self._live().log_params(config if isinstance(config, dict) else {"config": config})
+    def _store_config(self, run: Live, config: dict[str, JSONValue]) -> None:
+        """``live.log_params(config)`` (``params.yaml``)."""
+        run.log_params(config)
 
     @on_main_process
     def log(self, values: Mapping[str, object], step: int | None = None, **kwargs: object) -> None:
         """``live.log_metric`` for each value DVCLive can plot, then ``live.next_step()``."""
         from dvclive.plots import Metric
 
-        live = self._live()
+        live = self._started()
         if step is not None:
             live.step = step
         for key, value in values.items():
@@ -82,11 +75,6 @@ class DVCLiveTracker(GeneralTracker):
                 )
         live.next_step()
 
-    def _live(self) -> Live:
-        return require_started(self.live, "dvclive")
-
-    @on_main_process
-    def finish(self) -> None:
+    def _close(self, run: Live) -> None:
         """``live.end()``."""
-        if self.live is not None:
-            self.live.end()
+        run.end()

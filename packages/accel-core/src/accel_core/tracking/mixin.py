@@ -1,77 +1,48 @@
 """The tracker methods of ``Accelerator``: ``init_trackers``, ``log``, ``get_tracker``.
 
-The ``Accelerator`` calls four internal methods: ``_setup_tracking(log_with)`` from ``__init__``
-(after the project configuration is set), ``_finish_tracking()`` from ``end_training``,
-``_tracking_state()`` from ``save_state`` (a JSON-serialisable dict stored in the checkpoint) and
-``_resume_tracking(state)`` from ``load_state``. Everything else lives in
-:mod:`accel_core.tracking.session` (starting and closing), :mod:`~accel_core.tracking.registry`
-(names) and :mod:`~accel_core.tracking.reduction` (``log(reduce=...)``).
+Each delegates to the Accelerator's :class:`~accel_core.tracking.experiment.ExperimentTracking`
+(built in ``__init__`` from ``log_with`` and the project configuration), which owns the trackers;
+the checkpointer stores its run states and gives them back on ``load_state``.
 """
 
 from __future__ import annotations
 
-import warnings
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+from collections.abc import Mapping
+from typing import Any, Literal, overload
 
 from accel_core.tracking.base import GeneralTracker, JSONValue
-from accel_core.tracking.exit_status import WATCHER
-from accel_core.tracking.inactive import InactiveTracker, inactive_tracker
-from accel_core.tracking.reduction import check_reduction, reduce_values
-from accel_core.tracking.registry import LogWithEntry, filter_trackers, tracker_class
-from accel_core.tracking.session import StatesByTracker, TrackingSession
-
-if TYPE_CHECKING:
-    from accel_core.configuration import ProjectConfiguration
-    from accel_core.state import AcceleratorState
+from accel_core.tracking.experiment import ExperimentTracking
+from accel_core.tracking.registry import LogWithEntry
+from accel_core.tracking.session import StatesByTracker
 
 
 class TrackingMixin:
-    """Experiment tracking for ``Accelerator`` (Accelerate's ``init_trackers``/``log``/...).
+    """Experiment tracking for ``Accelerator`` (Accelerate's ``init_trackers``/``log``/...),
+    for a class whose ``_tracking`` is its :class:`ExperimentTracking`."""
 
-    Attributes:
-        log_with: the trackers chosen by ``Accelerator(log_with=...)``, checked: names as
-            ``LoggerType`` members (or plain strings for trackers that are not members, like
-            ``"jsonl"``) and the given ``GeneralTracker`` instances.
-        trackers: the trackers this process runs once ``init_trackers`` was called: all of them on
-            the main process; elsewhere only those whose class says ``main_process_only = False``
-            (usually none, so the list is empty).
-    """
+    _tracking: ExperimentTracking
 
-    state: AcceleratorState
-    project_configuration: ProjectConfiguration
-    log_with: list[LogWithEntry]
-    trackers: list[GeneralTracker]
-    _tracking: TrackingSession
+    @property
+    def log_with(self) -> list[LogWithEntry]:
+        """The trackers chosen by ``Accelerator(log_with=...)``, checked: names as ``LoggerType``
+        members (or plain strings for trackers that are not members, like ``"jsonl"``) and the
+        given ``GeneralTracker`` instances."""
+        return self._tracking.log_with
 
-    # -- wiring (called by Accelerator) --------------------------------------------------------
-
-    def _setup_tracking(self, log_with: LogWithEntry | Sequence[LogWithEntry] | None) -> None:
-        """Check ``log_with`` (unknown names and a missing logging directory fail here)."""
-        self.log_with = filter_trackers(log_with, self.project_configuration.logging_dir)
-        self._tracking = TrackingSession(self.log_with)
-        self.trackers = self._tracking.trackers
-        self._stand_ins: dict[str, InactiveTracker] = {}
-        self._warned_log_before_init = False
+    @property
+    def trackers(self) -> list[GeneralTracker]:
+        """The trackers this process runs once ``init_trackers`` was called: all of them on the
+        main process; elsewhere only those whose class says ``main_process_only = False``
+        (usually none, so the list is empty)."""
+        return self._tracking.trackers
 
     def _tracking_state(self) -> StatesByTracker:
-        """Tracker name -> what identifies its run (``{"mlflow": {"run_id": ...}}``), JSON-ready.
-
-        Complete on the main process; elsewhere only trackers that run there and states loaded
-        from a checkpoint.
-        """
+        """Tracker name -> what identifies its run, JSON-ready (what ``save_state`` stores)."""
         return self._tracking.run_states()
 
     def _resume_tracking(self, state: Mapping[str, Mapping[str, JSONValue]]) -> None:
-        """Continue the runs ``state`` names: now for trackers already started, at
-        ``init_trackers`` for the others."""
+        """Continue the runs ``state`` names (what ``load_state`` does with a checkpoint's)."""
         self._tracking.resume(state)
-
-    def _finish_tracking(self) -> None:
-        """Close every tracker still open (once; later calls do nothing)."""
-        self._tracking.close(None)
-
-    # -- public API ----------------------------------------------------------------------------
 
     def init_trackers(
         self,
@@ -95,22 +66,7 @@ class TrackingMixin:
         be called on the main process only. An uncaught exception that ends the process later
         closes the runs marked failed (see :mod:`accel_core.tracking.exit_status`).
         """
-        kwargs = dict(init_kwargs or {})
-        names = {_name(entry) for entry in self.log_with}
-        unused = sorted(set(kwargs) - names)
-        if unused:
-            warnings.warn(
-                f"init_kwargs has keys for trackers that log_with does not name: {unused}; "
-                f"log_with names {sorted(names)}",
-                stacklevel=2,
-            )
-        self._tracking.start(
-            project_name,
-            self.project_configuration.logging_dir,
-            kwargs,
-            config,
-            is_main_process=self.state.is_main_process,
-        )
+        self._tracking.init_trackers(project_name, config, init_kwargs)
 
     def log(
         self,
@@ -128,21 +84,7 @@ class TrackingMixin:
         other values are taken from the main process. ``log_kwargs`` maps a tracker name to
         keyword arguments for that tracker's ``log``.
         """
-        if reduce is not None:
-            check_reduction(reduce)
-            values = reduce_values(values, reduce, self.state.device)
-        WATCHER.clear_error()
-        if not self._tracking.started:
-            if self.log_with and not self._warned_log_before_init and self.state.is_main_process:
-                self._warned_log_before_init = True
-                warnings.warn(
-                    "accelerator.log() was called before init_trackers(): nothing is logged",
-                    stacklevel=2,
-                )
-            return
-        extra = log_kwargs or {}
-        for tracker in self.trackers:
-            tracker.log(values, step=step, **extra.get(tracker.name, {}))
+        self._tracking.log(values, step, log_kwargs, reduce)
 
     @overload
     def get_tracker(self, name: str, unwrap: Literal[False] = False) -> GeneralTracker: ...
@@ -161,29 +103,4 @@ class TrackingMixin:
         object's own API should run on the main process only. A name that ``log_with`` does not
         hold raises ``ValueError`` on every process.
         """
-        for tracker in self.trackers:
-            if tracker.name == name:
-                return tracker.tracker if unwrap else tracker
-        names = [_name(entry) for entry in self.log_with]
-        if name not in names:
-            raise ValueError(
-                f"get_tracker({name!r}): this Accelerator has no such tracker; log_with holds "
-                f"{names}"
-            )
-        if self.state.is_main_process and not self._tracking.started:
-            raise RuntimeError(
-                f"get_tracker({name!r}) before init_trackers(): call "
-                "accelerator.init_trackers(project_name) first"
-            )
-        stand_in = self._stand_ins.get(name)
-        if stand_in is None:
-            entry = self.log_with[names.index(name)]
-            cls = type(entry) if isinstance(entry, GeneralTracker) else tracker_class(name)
-            stand_in = self._stand_ins[name] = inactive_tracker(cls)
-        return stand_in
-
-
-def _name(entry: LogWithEntry) -> str:
-    if isinstance(entry, GeneralTracker):
-        return entry.name
-    return str(entry)
+        return self._tracking.get_tracker(name, unwrap)

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import GeneralTracker, on_main_process, require_started
-from accel_core.tracking.config_values import to_json
+from accel_core.tracking.base import JSONValue, on_main_process
+from accel_core.tracking.run_tracker import RunTracker
 
 if TYPE_CHECKING:
     from swanlab import Run
 
 
-class SwanLabTracker(GeneralTracker):
+class SwanLabTracker(RunTracker["Run"]):
     """A SwanLab run.
 
     Args:
@@ -26,18 +26,10 @@ class SwanLabTracker(GeneralTracker):
     """
 
     name = "swanlab"
-    requires_logging_directory = False
+    run: Run | None
 
     def __init__(self, run_name: str, **kwargs: object) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = dict(kwargs)
-        self.run: Run | None = None
-
-    @property
-    def tracker(self) -> Run | None:
-        """The SwanLab run."""
-        return self.run
+        super().__init__(run_name, **kwargs)
 
     @on_main_process
     def start(self) -> None:
@@ -46,19 +38,16 @@ class SwanLabTracker(GeneralTracker):
 
         self.run = swanlab.init(project=self.run_name, **self.init_kwargs)  # type: ignore[arg-type]
 
-    @on_main_process
-    def store_init_configuration(self, values: Mapping[str, object]) -> None:
-        """``swanlab.config.update`` with ``values`` made JSON-safe."""
+    def _store_config(self, run: Run, config: dict[str, JSONValue]) -> None:
+        """``swanlab.config.update(config)``."""
         import swanlab
 
-        require_started(self.run, "swanlab")
-        config = to_json(values)
-        swanlab.config.update(config if isinstance(config, dict) else {"config": config})
+        swanlab.config.update(config)
 
     @on_main_process
     def log(self, values: Mapping[str, object], step: int | None = None, **kwargs: object) -> None:
         """``run.log(values, step=step, **kwargs)``."""
-        require_started(self.run, "swanlab").log(dict(values), step=step, **kwargs)  # type: ignore[arg-type]
+        self._started().log(dict(values), step=step, **kwargs)  # type: ignore[arg-type]
 
     @on_main_process
     def log_images(
@@ -69,9 +58,3 @@ class SwanLabTracker(GeneralTracker):
 
         for key, images in values.items():
             self.log({key: [swanlab.Image(image) for image in images]}, step=step, **kwargs)
-
-    @on_main_process
-    def finish(self) -> None:
-        """``run.finish()``."""
-        if self.run is not None:
-            self.run.finish()

@@ -13,20 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import (
-    GeneralTracker,
-    JSONValue,
-    TrackerState,
-    on_main_process,
-    require_started,
-)
-from accel_core.tracking.config_values import to_json
+from accel_core.tracking.base import JSONValue, TrackerState, on_main_process
+from accel_core.tracking.run_tracker import RunTracker
 
 if TYPE_CHECKING:
     from trackio.run import Run
 
 
-class TrackioTracker(GeneralTracker):
+class TrackioTracker(RunTracker["Run"]):
     """A Trackio run.
 
     Args:
@@ -35,20 +29,12 @@ class TrackioTracker(GeneralTracker):
     """
 
     name = "trackio"
-    requires_logging_directory = False
+    run: Run | None
 
     def __init__(self, run_name: str, **kwargs: object) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = dict(kwargs)
-        self.run: Run | None = None
+        super().__init__(run_name, **kwargs)
         self._logged = False
         self._resume_name: str | None = None
-
-    @property
-    def tracker(self) -> Run | None:
-        """The ``trackio`` run."""
-        return self.run
 
     @on_main_process
     def start(self) -> None:
@@ -72,16 +58,14 @@ class TrackioTracker(GeneralTracker):
         self.run = trackio.init(**kwargs)  # type: ignore[arg-type]
         self._logged = False
 
-    @on_main_process
-    def store_init_configuration(self, values: Mapping[str, object]) -> None:
-        """Add ``values`` (JSON-safe) to the run's config."""
-        config = to_json(values)
-        self._run().config.update(config if isinstance(config, dict) else {"config": config})
+    def _store_config(self, run: Run, config: dict[str, JSONValue]) -> None:
+        """Add ``config`` to the run's config."""
+        run.config.update(config)
 
     @on_main_process
     def log(self, values: Mapping[str, object], step: int | None = None, **kwargs: object) -> None:
         """``run.log(values, step=step)``."""
-        self._run().log(dict(values), step=step, **kwargs)  # type: ignore[arg-type]
+        self._started().log(dict(values), step=step, **kwargs)  # type: ignore[arg-type]
         self._logged = True
 
     def run_state(self) -> TrackerState:
@@ -111,15 +95,6 @@ class TrackioTracker(GeneralTracker):
         """Whether runs go to the local store (no Space, dataset or server given)."""
         remote = ("space_id", "server_url", "dataset_id", "bucket_id")
         return all(self.init_kwargs.get(key) is None for key in remote)
-
-    def _run(self) -> Run:
-        return require_started(self.run, "trackio")
-
-    @on_main_process
-    def finish(self) -> None:
-        """``run.finish()``."""
-        if self.run is not None:
-            self.run.finish()
 
     @on_main_process
     def fail(self, error: BaseException) -> None:

@@ -19,20 +19,14 @@ import shutil
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from accel_core.tracking.base import (
-    GeneralTracker,
-    JSONValue,
-    TrackerState,
-    on_main_process,
-    require_started,
-)
-from accel_core.tracking.config_values import to_json
+from accel_core.tracking.base import JSONValue, TrackerState, on_main_process
+from accel_core.tracking.run_tracker import RunTracker
 
 if TYPE_CHECKING:
     from wandb.sdk.wandb_run import Run
 
 
-class WandBTracker(GeneralTracker):
+class WandBTracker(RunTracker["Run"]):
     """A W&B run.
 
     Args:
@@ -41,20 +35,12 @@ class WandBTracker(GeneralTracker):
     """
 
     name = "wandb"
-    requires_logging_directory = False
+    run: Run | None
 
     def __init__(self, run_name: str, **kwargs: object) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = dict(kwargs)
-        self.run: Run | None = None
+        super().__init__(run_name, **kwargs)
         self._logged = False
         self._resume_id: str | None = None
-
-    @property
-    def tracker(self) -> Run | None:
-        """The ``wandb`` run."""
-        return self.run
 
     @on_main_process
     def start(self) -> None:
@@ -69,15 +55,14 @@ class WandBTracker(GeneralTracker):
         self.run = wandb.init(**kwargs)  # type: ignore[arg-type]
         self._logged = False
 
-    @on_main_process
-    def store_init_configuration(self, values: Mapping[str, object]) -> None:
-        """``run.config.update`` with ``values`` made JSON-safe (nesting kept)."""
-        self._run().config.update(to_json(values), allow_val_change=True)
+    def _store_config(self, run: Run, config: dict[str, JSONValue]) -> None:
+        """``run.config.update(config)``."""
+        run.config.update(config, allow_val_change=True)
 
     @on_main_process
     def log(self, values: Mapping[str, object], step: int | None = None, **kwargs: object) -> None:
         """``run.log(values, step=step, **kwargs)``."""
-        self._run().log(dict(values), step=step, **kwargs)  # type: ignore[arg-type]
+        self._started().log(dict(values), step=step, **kwargs)  # type: ignore[arg-type]
         self._logged = True
 
     @on_main_process
@@ -130,15 +115,6 @@ class WandBTracker(GeneralTracker):
             shutil.rmtree(offline_folder, ignore_errors=True)
         self.run = None
         self.start()
-
-    def _run(self) -> Run:
-        return require_started(self.run, "wandb")
-
-    @on_main_process
-    def finish(self) -> None:
-        """``run.finish()`` (exit code 0)."""
-        if self.run is not None:
-            self.run.finish()
 
     @on_main_process
     def fail(self, error: BaseException) -> None:
