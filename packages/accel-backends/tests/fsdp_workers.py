@@ -104,7 +104,10 @@ def fsdp_versus_ddp() -> None:
     accelerator = Accelerator(fsdp_plugin=plugin, gradient_accumulation_steps=accumulation)
     strategy = accelerator.strategy
     chosen = {
-        "strategy": type(strategy).__name__,
+        # the public class it is (FSDPStrategy(...) is an FSDP2Strategy or FSDP1Strategy)
+        "strategy": "FSDPStrategy"
+        if isinstance(strategy, FSDPStrategy)
+        else type(strategy).__name__,
         "plugin_is_given": strategy.plugin is plugin,
         "is_fsdp2": accelerator.state.is_fsdp2,
         "distributed_type": str(accelerator.distributed_type == DistributedType.FSDP),
@@ -150,7 +153,10 @@ def save_load_continue() -> None:
     strategy = accelerator.strategy
     plugin = strategy.plugin
     chosen = {
-        "strategy": type(strategy).__name__,
+        # the public class it is (FSDPStrategy(...) is an FSDP2Strategy or FSDP1Strategy)
+        "strategy": "FSDPStrategy"
+        if isinstance(strategy, FSDPStrategy)
+        else type(strategy).__name__,
         "state_dict_type": str(plugin.state_dict_type),
         "reshard_after_forward": plugin.reshard_after_forward,
     }

@@ -32,7 +32,7 @@ EVERY = int(os.environ.get("CHECKPOINT_EVERY", "5"))
 
 def _engine_options(strategy: str) -> dict:
     if strategy == "xla":  # one process on XLA's CPU device (PJRT_DEVICE=CPU)
-        from accel_backends.xla_strategy import XLAStrategy
+        from accel_backends.xla.strategy import XLAStrategy
 
         return {"strategy": XLAStrategy()}
     if strategy.startswith("fsdp"):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from accel_backends import DeepSpeedPlugin, HfDeepSpeedConfig
-from accel_backends.deepspeed_sources import DeepSpeedConfigConflict
+from accel_backends.deepspeed.sources import DeepSpeedConfigConflict
 from accel_core.out_of_scope import OutOfScopeError
 
 FILE_CONFIG = {

@@ -13,8 +13,8 @@ import pytest
 import torch.distributed
 
 from accel_backends import DeepSpeedPlugin
-from accel_backends.deepspeed_resolution import resolve_deepspeed_config
-from accel_backends.deepspeed_sources import DeepSpeedConfigConflict, Sourced
+from accel_backends.deepspeed.resolution import resolve_deepspeed_config
+from accel_backends.deepspeed.sources import DeepSpeedConfigConflict, Sourced
 
 STAGE = "zero_optimization.stage"
 

@@ -12,7 +12,7 @@ import torch
 from worker_env import worker_env
 
 from accel_backends import FullyShardedDataParallelPlugin, ParallelismConfig
-from accel_backends.fsdp_mesh import fsdp_meshes
+from accel_backends.fsdp.mesh import fsdp_meshes
 from accel_core import Accelerator
 from accel_core.state import AcceleratorState
 from accel_testing.processes import run_workers

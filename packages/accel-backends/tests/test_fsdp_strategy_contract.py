@@ -6,5 +6,5 @@ from accel_testing.strategy_contract import StrategyContract
 
 
 class TestFSDPContract(StrategyContract):
-    strategy_factory = "accel_backends.fsdp_strategy:FSDPStrategy"
+    strategy_factory = "accel_backends.fsdp.strategy:FSDPStrategy"
     num_processes = 2

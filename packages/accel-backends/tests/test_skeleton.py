@@ -13,9 +13,9 @@ def test_registers_the_fsdp_deepspeed_and_xla_strategies():
     pyproject = (Path(__file__).parents[1] / "pyproject.toml").read_text()
     section = pyproject.split('[project.entry-points."accel.strategies"]\n')[1].split("\n\n")[0]
     declared = {
-        "fsdp": "accel_backends.fsdp_strategy:FSDPStrategy",
-        "deepspeed": "accel_backends.deepspeed_strategy:DeepSpeedStrategy",
-        "xla": "accel_backends.xla_strategy:XLAStrategy",
+        "fsdp": "accel_backends.fsdp.description:DESCRIPTION",
+        "deepspeed": "accel_backends.deepspeed.description:DESCRIPTION",
+        "xla": "accel_backends.xla.description:DESCRIPTION",
     }
     assert section == "\n".join(f'{name} = "{target}"' for name, target in declared.items())
     # Installed metadata (older until the package is reinstalled) never names another one.

@@ -15,5 +15,5 @@ from accel_testing.strategy_contract import StrategyContract  # noqa: E402
 
 
 class TestXLAContract(StrategyContract):
-    strategy_factory = "accel_backends.xla_strategy:XLAStrategy"
+    strategy_factory = "accel_backends.xla.strategy:XLAStrategy"
     num_processes = 1

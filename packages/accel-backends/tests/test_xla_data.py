@@ -13,7 +13,7 @@ torch_xla.device()  # the XLA runtime must start before any backward pass of the
 import torch  # noqa: E402
 from xla_support import make_dataset, xla_accelerator  # noqa: E402
 
-from accel_backends.xla_loaders import XLADataLoaderDispatcher  # noqa: E402
+from accel_backends.xla.loaders import XLADataLoaderDispatcher  # noqa: E402
 from accel_core.data_loader import DataLoaderShard, skip_first_batches  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """Several XLA devices on CPU: SPMD trains over two; several replicas are a clear error, not a hang.
 
-Measured with torch_xla 2.9 (see accel_backends.xla_runtime): two replicas of ``torch_xla.launch``
+Measured with torch_xla 2.9 (see accel_backends.xla.runtime): two replicas of ``torch_xla.launch``
 on the CPU device abort in XLA's all-reduce rendezvous after 10 s, and torchrun processes on the
 CPU device each get an XLA world of their own. SPMD (one process, ``CPU_NUM_DEVICES=2``) works.
 Each case runs in fresh interpreters (SPMD can't be switched off in a process).

@@ -11,8 +11,8 @@ import pytest
 
 import accel_ops
 from accel_backends.errors import EngineNotInstalledError
-from accel_backends.xla_runtime import ReplicaWorld, check_world
-from accel_backends.xla_strategy import XLAStrategy
+from accel_backends.xla.runtime import ReplicaWorld, check_world
+from accel_backends.xla.strategy import XLAStrategy
 from accel_core.strategies import registry
 
 HAS_TORCH_XLA = importlib.util.find_spec("torch_xla") is not None

@@ -39,7 +39,7 @@ def test_the_launch_environment_chooses_the_strategy(monkeypatch):
     """What ``accel launch --use_xla`` writes: ``ACCEL_STRATEGY=xla`` and the ``xla`` section's
     keys in ``ACCEL_STRATEGY_CONFIG``. (The name is registered here as the accel-backends entry
     point registers it once installed.)"""
-    from accel_backends.xla_strategy import XLAStrategy
+    from accel_backends.xla.strategy import XLAStrategy
     from accel_core import Accelerator
     from accel_core.gradient_state import GradientState
     from accel_core.state import AcceleratorState
@@ -157,7 +157,7 @@ def test_bf16_autocasts_on_the_xla_device():
 _BACKWARD_FIRST = """
 import torch
 torch.nn.Linear(2, 1)(torch.randn(3, 2)).sum().backward()  # plain CPU, before torch_xla starts
-from accel_backends.xla_strategy import XLAStrategy
+from accel_backends.xla.strategy import XLAStrategy
 from accel_core import Accelerator
 accelerator = Accelerator(strategy=XLAStrategy())
 model = accelerator.prepare(torch.nn.Linear(2, 1))

@@ -29,7 +29,7 @@ ATOL = 2e-6
 def xla_accelerator(**kwargs: Any) -> Iterator[Any]:
     """An ``Accelerator`` on a new ``XLAStrategy`` (``strategy_options`` go to the strategy),
     with the process-wide training state forgotten afterwards."""
-    from accel_backends.xla_strategy import XLAStrategy
+    from accel_backends.xla.strategy import XLAStrategy
     from accel_core import Accelerator
     from accel_core.gradient_state import GradientState
     from accel_core.state import AcceleratorState

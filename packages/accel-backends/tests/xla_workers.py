@@ -18,7 +18,7 @@ _PRINTING = threading.Lock()
 
 
 def _accelerator(**options: object) -> object:
-    from accel_backends.xla_strategy import XLAStrategy
+    from accel_backends.xla.strategy import XLAStrategy
     from accel_core import Accelerator
 
     return Accelerator(strategy=XLAStrategy(**options))

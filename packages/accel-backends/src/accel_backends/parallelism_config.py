@@ -15,7 +15,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from accel_backends.out_of_scope_parallel import (
+from accel_backends.out_of_scope import (
     DeepSpeedSequenceParallelConfig,
     OutOfScopeParallelism,
     TorchContextParallelConfig,

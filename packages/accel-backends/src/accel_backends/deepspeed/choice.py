@@ -10,7 +10,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from accel_backends.deepspeed_plugin import DeepSpeedPlugin
+from accel_backends.deepspeed.plugin import DeepSpeedPlugin
+from accel_backends.launch_settings import plugin_fields
 
 _PLUGIN_FIELDS = frozenset(f.name for f in dataclasses.fields(DeepSpeedPlugin))
 
@@ -42,7 +43,5 @@ def plugin_from_options(options: dict[str, Any]) -> DeepSpeedPlugin:
 
     Raises ``TypeError`` for an option that is neither.
     """
-    from accel_backends.launch_settings import plugin_fields
-
     fields = plugin_fields("deepspeed", "DeepSpeedPlugin", _PLUGIN_FIELDS, options)
     return DeepSpeedPlugin(**fields)  # type: ignore[arg-type]

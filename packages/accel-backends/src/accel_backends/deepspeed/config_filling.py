@@ -1,6 +1,6 @@
 """Filling a DeepSpeed configuration's ``"auto"`` values, and checking the ones that are set.
 
-Mixed into :class:`~accel_backends.deepspeed_plugin.DeepSpeedPlugin`; the DeepSpeed strategy calls
+Mixed into :class:`~accel_backends.deepspeed.plugin.DeepSpeedPlugin`; the DeepSpeed strategy calls
 :meth:`DeepSpeedConfigFilling.deepspeed_config_process` with the values it knows (batch sizes,
 optimizer and scheduler parameters), and :meth:`set_mixed_precision` with the Accelerator's.
 """
@@ -11,8 +11,8 @@ import logging
 
 import torch
 
-from accel_backends.deepspeed_config import DeepSpeedConfigDict, HfDeepSpeedConfig
-from accel_backends.deepspeed_sources import ResolvedDeepSpeedConfig
+from accel_backends.deepspeed.config import DeepSpeedConfigDict, HfDeepSpeedConfig
+from accel_backends.deepspeed.sources import ResolvedDeepSpeedConfig
 
 logger = logging.getLogger(__name__)
 

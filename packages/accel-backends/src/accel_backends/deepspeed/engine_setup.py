@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import DataLoader
 
-from accel_backends.deepspeed_dummies import DummyOptim, DummyScheduler
-from accel_backends.deepspeed_sources import Sourced, leaves
+from accel_backends.deepspeed.dummies import DummyOptim, DummyScheduler
+from accel_backends.deepspeed.sources import Sourced, leaves
 from accel_backends.errors import StrategyNotBuiltError, require_engine
 
 if TYPE_CHECKING:
-    from accel_backends.deepspeed_plugin import DeepSpeedPlugin
+    from accel_backends.deepspeed.plugin import DeepSpeedPlugin
 
 #: A learning-rate scheduler as ``prepare`` accepts it (torch's, DeepSpeed's, or a dummy).
 Scheduler = object
@@ -296,11 +296,30 @@ def build_engine(
         ):
             # DeepSpeed refuses a torch optimizer on offloaded states: its own CPU optimizer
             # (compiled on first use) takes the user's parameter groups, as in Accelerate.
-            from accel_backends.deepspeed_wrappers import map_pytorch_optim_to_deepspeed
-
             optimizer = map_pytorch_optim_to_deepspeed(optimizer)
         kwargs["optimizer"] = optimizer
         if type(scheduler).__name__ in VALID_LR_SCHEDULES:
             kwargs["lr_scheduler"] = scheduler
     engine, engine_optimizer, _, engine_scheduler = deepspeed.initialize(**kwargs)
     return BuiltEngine(engine, engine_optimizer, engine_scheduler)
+
+
+def map_pytorch_optim_to_deepspeed(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
+    """DeepSpeed's CPU optimizer for ``optimizer`` (for optimizer offload), same parameter groups.
+
+    ``torch.optim.Adagrad`` becomes ``DeepSpeedCPUAdagrad``; anything else ``DeepSpeedCPUAdam``,
+    in AdamW mode for ``torch.optim.AdamW``. ``lr`` and ``weight_decay`` carry over. Needs
+    DeepSpeed.
+    """
+    require_engine("deepspeed", "map_pytorch_optim_to_deepspeed")
+    defaults: dict[str, object] = {
+        key: value for key, value in optimizer.defaults.items() if key in ("lr", "weight_decay")
+    }
+    if isinstance(optimizer, torch.optim.Adagrad):
+        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
+
+        return DeepSpeedCPUAdagrad(optimizer.param_groups, **defaults)
+    from deepspeed.ops.adam import DeepSpeedCPUAdam
+
+    defaults["adamw_mode"] = isinstance(optimizer, torch.optim.AdamW)
+    return DeepSpeedCPUAdam(optimizer.param_groups, **defaults)

@@ -1,7 +1,7 @@
 """``DeepSpeedPlugin``: the DeepSpeed settings of a run, as Hugging Face Accelerate 1.15 takes them.
 
 The plugin only builds and edits the DeepSpeed configuration; the DeepSpeed strategy
-(:mod:`accel_backends.deepspeed_strategy`) turns it into an engine. Unset fields are read from the
+(:mod:`accel_backends.deepspeed.strategy`) turns it into an engine. Unset fields are read from the
 launch environment, then from Accelerate's variables (:mod:`accel_backends.launch_settings`), then
 take Accelerate's defaults.
 Values DeepSpeed needs from the prepared objects (batch sizes, optimizer and scheduler parameters)
@@ -10,7 +10,7 @@ stay ``"auto"`` in :attr:`DeepSpeedPlugin.deepspeed_config` until the strategy f
 Beyond Accelerate: every value keeps its source (:attr:`DeepSpeedPlugin.resolved_config`,
 :meth:`DeepSpeedPlugin.describe`), and a value given twice with different values (an argument, the
 DeepSpeed config file, the launch) is one ``DeepSpeedConfigConflict`` naming both, raised here,
-before any process group exists (:mod:`accel_backends.deepspeed_resolution`).
+before any process group exists (:mod:`accel_backends.deepspeed.resolution`).
 """
 
 from __future__ import annotations
@@ -24,16 +24,17 @@ from typing import Literal
 
 import torch
 
-from accel_backends.deepspeed_config import DeepSpeedConfigDict, HfDeepSpeedConfig
-from accel_backends.deepspeed_config_filling import DeepSpeedConfigFilling
-from accel_backends.deepspeed_resolution import (
+from accel_backends.deepspeed.config import DeepSpeedConfigDict, HfDeepSpeedConfig
+from accel_backends.deepspeed.config_filling import DeepSpeedConfigFilling
+from accel_backends.deepspeed.resolution import (
     PLUGIN_TO_CONFIG,
     config_label,
     launch_values,
     plugin_arguments,
     resolve_deepspeed_config,
 )
-from accel_backends.deepspeed_sources import Sourced
+from accel_backends.deepspeed.sources import Sourced
+from accel_backends.deepspeed.zero_init import point_transformers_at
 from accel_backends.errors import require_engine
 from accel_backends.launch_settings import LaunchSettings, as_bool, as_float, as_int, as_str
 from accel_core.module_inspection import get_module_class_from_name
@@ -238,10 +239,8 @@ class DeepSpeedPlugin(DeepSpeedConfigFilling):
 
         Accelerate shows the config whatever the flag; here the flag decides, so that
         :meth:`zero3_init_context_manager` ``(enable=False)`` turns ``from_pretrained``'s
-        ``zero.Init`` off (see :mod:`accel_backends.deepspeed_zero_init`).
+        ``zero.Init`` off (see :mod:`accel_backends.deepspeed.zero_init`).
         """
-        from accel_backends.deepspeed_zero_init import point_transformers_at
-
         #: Kept alive here: transformers only holds a weak reference to it.
         self.dschf = point_transformers_at(self)
 

@@ -11,7 +11,7 @@ The places, for each dotted DeepSpeed key (``zero_optimization.stage``, ...):
 - the Accelerator, later, for ``"auto"`` values (pending, with the source they will come from).
 
 The rule: a key given by two of the first three places with different values is one
-:class:`~accel_backends.deepspeed_sources.DeepSpeedConfigConflict` naming both sources and both
+:class:`~accel_backends.deepspeed.sources.DeepSpeedConfigConflict` naming both sources and both
 values (equal values are fine, both sources are listed). Within the launch, ``accel launch``'s own
 order (flag > variable > config file) and "our variable wins over Accelerate's" decide first.
 Everything here runs while ``DeepSpeedPlugin`` is built: before any process group exists.
@@ -23,8 +23,9 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 
-from accel_backends.deepspeed_config import DeepSpeedConfigDict
-from accel_backends.deepspeed_sources import (
+from accel_backends.deepspeed.config import DeepSpeedConfigDict
+from accel_backends.deepspeed.launch_check import ENGINE_KEYS
+from accel_backends.deepspeed.sources import (
     ConfigValue,
     DeepSpeedConfigConflict,
     Disagreement,
@@ -37,17 +38,9 @@ from accel_backends.deepspeed_sources import (
 from accel_backends.launch_settings import LaunchSettings, as_bool, as_float, as_int, as_str
 from accel_ops.accelerate_spellings import STRATEGY_CONFIG_VARIABLES
 
-#: DeepSpeedPlugin field (and launch key) -> its dotted key in the DeepSpeed configuration.
-PLUGIN_TO_CONFIG = {
-    "gradient_accumulation_steps": "gradient_accumulation_steps",
-    "gradient_clipping": "gradient_clipping",
-    "zero_stage": "zero_optimization.stage",
-    "offload_optimizer_device": "zero_optimization.offload_optimizer.device",
-    "offload_param_device": "zero_optimization.offload_param.device",
-    "offload_param_nvme_path": "zero_optimization.offload_param.nvme_path",
-    "offload_optimizer_nvme_path": "zero_optimization.offload_optimizer.nvme_path",
-    "zero3_save_16bit_model": "zero_optimization.stage3_gather_16bit_weights_on_model_save",
-}
+#: DeepSpeedPlugin field (and launch key) -> its dotted key in the DeepSpeed configuration: the
+#: ``engine_key`` of the engine's launch options (one map for the launcher and the plugin).
+PLUGIN_TO_CONFIG = ENGINE_KEYS
 
 #: Where the Accelerator takes each ``"auto"`` value from (Accelerate 1.15, ``_prepare_deepspeed``
 #: and ``set_mixed_precision``).

@@ -1,6 +1,6 @@
 """A resolved DeepSpeed configuration in which every value says where it came from.
 
-:class:`ResolvedDeepSpeedConfig` is what :mod:`accel_backends.deepspeed_resolution` builds from the
+:class:`ResolvedDeepSpeedConfig` is what :mod:`accel_backends.deepspeed.resolution` builds from the
 places a DeepSpeed setting can come from (``DeepSpeedPlugin`` arguments, the DeepSpeed JSON config,
 ``accel launch``, Accelerate's variables, defaults). Values the Accelerator supplies later
 (``"auto"``) are *pending*: they carry the source they will be filled from. Two sources that
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 
-from accel_backends.deepspeed_config import DeepSpeedConfigDict
+from accel_backends.deepspeed.config import DeepSpeedConfigDict
 
 #: A leaf value of a DeepSpeed configuration, as JSON holds it.
 ConfigValue = str | int | float | bool | list[object] | None

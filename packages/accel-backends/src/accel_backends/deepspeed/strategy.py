@@ -8,7 +8,7 @@ The engine owns the model, the optimizer, the loss scaling, gradient accumulatio
 (for DeepSpeed's own schedules) the scheduler, as in Hugging Face Accelerate 1.15:
 
 - ``prepare`` builds the engine from the model, optimizer and scheduler of one call, with the
-  config's ``"auto"`` values filled from them (:mod:`accel_backends.deepspeed_engine_setup`). The
+  config's ``"auto"`` values filled from them (:mod:`accel_backends.deepspeed.engine_setup`). The
   prepared model is the engine; ``unwrap_model`` gives back the user's module.
 - ``accelerator.backward(loss)`` (the loss undivided: the engine divides it by its
   ``gradient_accumulation_steps``) tells the engine whether this batch ends an accumulation cycle
@@ -19,7 +19,7 @@ The engine owns the model, the optimizer, the loss scaling, gradient accumulatio
 - ``clip_grad_norm_`` returns the engine's norm of its last step (it clips nothing itself: the
   config's ``gradient_clipping`` does); ``clip_grad_value_`` is an error, as in Accelerate.
 - ``save_state``/``load_state`` go through DeepSpeed's own checkpoints
-  (:mod:`accel_backends.deepspeed_checkpoint`), under Accelerate's names; never in the background.
+  (:mod:`accel_backends.deepspeed.checkpoint`), under Accelerate's names; never in the background.
 - ``get_state_dict``/``save_model``: the full state dict (ZeRO-3: gathered to process 0 when
   ``zero3_save_16bit_model`` is on, else an error saying how).
 
@@ -27,7 +27,7 @@ The engine owns the model, the optimizer, the loss scaling, gradient accumulatio
   :meth:`DeepSpeedStrategy.select_plugin` (``AcceleratorState.select_deepspeed_plugin``) switches,
   and each ``prepare`` builds its engine from the plugin active then (one model per call).
 - ``Accelerator.init_module()`` under ZeRO-3 with ``zero3_init_flag``: ``deepspeed.zero.Init``
-  (:mod:`accel_backends.deepspeed_zero_init`).
+  (:mod:`accel_backends.deepspeed.zero_init`).
 - CPU offload of the optimizer (DeepSpeed's CPU Adam replaces a torch Adam/AdamW; compiled on
   first use) and, under ZeRO-3, of the parameters.
 
@@ -46,24 +46,28 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch.utils.data import DataLoader
 
-from accel_backends import deepspeed_checkpoint as checkpoint
-from accel_backends.deepspeed_choice import named_plugins, plugin_from_options
-from accel_backends.deepspeed_engine_setup import (
+from accel_backends.deepspeed import checkpoint
+from accel_backends.deepspeed.choice import named_plugins, plugin_from_options
+from accel_backends.deepspeed.engine_setup import (
     EngineRequest,
     build_engine,
     per_process_batch_size,
 )
-from accel_backends.deepspeed_plugin import DeepSpeedPlugin
-from accel_backends.deepspeed_precision import DeepSpeedPrecision, configured_mode
-from accel_backends.deepspeed_sources import DeepSpeedConfigConflict, Disagreement, Sourced
-from accel_backends.deepspeed_zero_init import zero3_init_enabled, zero_init_context
+from accel_backends.deepspeed.plugin import DeepSpeedPlugin
+from accel_backends.deepspeed.precision import DeepSpeedPrecision, configured_mode
+from accel_backends.deepspeed.sources import DeepSpeedConfigConflict, Disagreement, Sourced
+from accel_backends.deepspeed.wrappers import (
+    DeepSpeedEngineWrapper,
+    DeepSpeedOptimizerWrapper,
+    DeepSpeedSchedulerWrapper,
+)
+from accel_backends.deepspeed.zero_init import zero3_init_enabled, zero_init_context
 from accel_backends.errors import require_engine
 from accel_backends.one_process_group import destroy_own_group, form_one_process_group
 from accel_core.strategies import SetupResult, Strategy
 from accel_ops import DistributedType
 
 if TYPE_CHECKING:
-    from accel_backends.deepspeed_wrappers import DeepSpeedEngineWrapper
     from accel_core.checkpointing import CheckpointReader, CheckpointWriter
     from accel_core.gradient_state import GradientAccumulationPlugin
     from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs, KwargsHandler
@@ -235,11 +239,6 @@ class DeepSpeedStrategy(Strategy):
     ) -> SetupResult:
         """Build the engine from the model, optimizer and scheduler of this call (the data loaders
         of this and earlier calls give the micro-batch size); loaders come back unchanged."""
-        from accel_backends.deepspeed_wrappers import (
-            DeepSpeedEngineWrapper,
-            DeepSpeedOptimizerWrapper,
-            DeepSpeedSchedulerWrapper,
-        )
         from accel_core.gradient_state import GradientState
 
         if len(models) > 1 or (models and self._engines and self.plugins is None):

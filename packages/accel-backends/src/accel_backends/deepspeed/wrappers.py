@@ -13,7 +13,7 @@ from typing import Protocol
 
 import torch
 
-from accel_backends.deepspeed_plugin import DeepSpeedPlugin
+from accel_backends.deepspeed.plugin import DeepSpeedPlugin
 from accel_backends.errors import require_engine
 from accel_core import AcceleratedOptimizer, AcceleratedScheduler
 from accel_ops import DistributedType
@@ -91,27 +91,6 @@ class DeepSpeedSchedulerWrapper(AcceleratedScheduler):
 
     def step(self, *args: object, **kwargs: object) -> None:
         """Nothing: ``accelerator.backward`` runs the engine's step."""
-
-
-def map_pytorch_optim_to_deepspeed(optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-    """DeepSpeed's CPU optimizer for ``optimizer`` (for optimizer offload), same parameter groups.
-
-    ``torch.optim.Adagrad`` becomes ``DeepSpeedCPUAdagrad``; anything else ``DeepSpeedCPUAdam``,
-    in AdamW mode for ``torch.optim.AdamW``. ``lr`` and ``weight_decay`` carry over. Needs
-    DeepSpeed.
-    """
-    require_engine("deepspeed", "map_pytorch_optim_to_deepspeed")
-    defaults: dict[str, object] = {
-        key: value for key, value in optimizer.defaults.items() if key in ("lr", "weight_decay")
-    }
-    if isinstance(optimizer, torch.optim.Adagrad):
-        from deepspeed.ops.adagrad import DeepSpeedCPUAdagrad
-
-        return DeepSpeedCPUAdagrad(optimizer.param_groups, **defaults)
-    from deepspeed.ops.adam import DeepSpeedCPUAdam
-
-    defaults["adamw_mode"] = isinstance(optimizer, torch.optim.AdamW)
-    return DeepSpeedCPUAdam(optimizer.param_groups, **defaults)
 
 
 class _StateWithDeepSpeed(Protocol):

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from accel_backends.deepspeed_config import DeepSpeedConfigDict, HfDeepSpeedConfig
+from accel_backends.deepspeed.config import DeepSpeedConfigDict, HfDeepSpeedConfig
+from accel_backends.deepspeed.engine_setup import keep_collectives_on_process_group
 from accel_backends.errors import require_engine
 
 if TYPE_CHECKING:
-    from accel_backends.deepspeed_plugin import DeepSpeedPlugin
+    from accel_backends.deepspeed.plugin import DeepSpeedPlugin
 
 _HF_MODULE = "transformers.integrations.deepspeed"
 
@@ -65,8 +66,6 @@ def zero_init_context(
     """``deepspeed.zero.Init`` from ``plugin``'s config (its ``offload_param`` and 16-bit type
     included) on the default process group, which must exist (the strategy made it)."""
     deepspeed = require_engine("deepspeed", "zero.Init (Accelerator.init_module under ZeRO-3)")
-    from accel_backends.deepspeed_engine_setup import keep_collectives_on_process_group
-
     if not torch.distributed.is_initialized():
         raise RuntimeError(
             "zero.Init needs the process group: create the Accelerator before building the model "

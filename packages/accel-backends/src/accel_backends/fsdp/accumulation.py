@@ -14,12 +14,13 @@ they change, :class:`AccumulationStateError` says so instead of saving the wrong
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-from accel_backends.fsdp_activation_checkpointing import canonical_name
+from accel_backends.fsdp.activation_checkpointing import canonical_name
 
 
 class AccumulationStateError(RuntimeError):
@@ -84,3 +85,19 @@ def restore_accumulated_gradients(
         fsdp_param.unsharded_accumulated_grad = saved.to(device=device, dtype=dtype).clone()
     for parameter in model.parameters():
         parameter.grad = None
+
+
+@contextlib.contextmanager
+def gradient_sync_off(model: torch.nn.Module) -> Iterator[None]:
+    """Backward passes of ``model`` (sharded by ``fully_shard``) keep unsharded gradients
+    locally instead of reduce-scattering them; anything else is left as it is."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not isinstance(model, FSDPModule):
+        yield
+        return
+    model.set_requires_gradient_sync(False)
+    try:
+        yield
+    finally:
+        model.set_requires_gradient_sync(True)

@@ -5,7 +5,7 @@ As in Hugging Face Accelerate 1.15 (``fsdp2_apply_ac``): before sharding, each s
 policy selects (the transformer layer classes, or the modules above ``min_num_params``) is
 replaced, bottom-up, by torch's non-reentrant ``checkpoint_wrapper`` (with ``offload_wrapper``
 around it for ``activation_checkpointing_offload``). The wrapper then becomes the FSDP unit in
-place of the layer (:mod:`accel_backends.fsdp_sharding` looks through it), so the units and
+place of the layer (:mod:`accel_backends.fsdp.sharding` looks through it), so the units and
 their communication are the same as without checkpointing.
 
 Names: a wrapped layer's parameters are reached through ``_checkpoint_wrapped_module``, so
@@ -16,15 +16,16 @@ the plain names. :func:`canonical_name` maps one to the other.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from accel_backends.fsdp_helpers import fsdp2_prepare_auto_wrap_policy
+from accel_backends.errors import strategy_not_built
+from accel_backends.fsdp.helpers import fsdp2_prepare_auto_wrap_policy
 from accel_core.module_inspection import get_module_children_bottom_up
 
 if TYPE_CHECKING:
-    from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+    from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
 
 #: The attribute torch's ``CheckpointWrapper`` keeps the wrapped module under.
 WRAPPED = "_checkpoint_wrapped_module"
@@ -93,3 +94,26 @@ def canonical_name(name: str) -> str:
     """``name`` (of a parameter or module) without the ``_checkpoint_wrapped_module`` parts (and
     FSDP1's ``_fsdp_wrapped_module``: checkpoints never show either)."""
     return ".".join(part for part in name.split(".") if part not in (WRAPPED, FSDP1_WRAPPED))
+
+
+class _FSDPState(Protocol):
+    fsdp_plugin: FullyShardedDataParallelPlugin | None
+
+
+class _AcceleratorWithFSDP(Protocol):
+    @property
+    def state(self) -> _FSDPState: ...
+
+
+def fsdp2_apply_ac(accelerator: _AcceleratorWithFSDP, model: torch.nn.Module) -> torch.nn.Module:
+    """Wrap the layers the plugin's auto-wrap policy picks in activation checkpointing.
+
+    With ``activation_checkpointing_offload`` the saved inputs also go to CPU. The model is
+    changed in place and returned (see :func:`checkpoint_layers`).
+    Raises ``StrategyNotBuiltError`` when ``accelerator`` has no FSDP plugin.
+    """
+    plugin = getattr(accelerator.state, "fsdp_plugin", None)
+    if plugin is None:
+        raise strategy_not_built("FSDP", "fsdp2_apply_ac (an Accelerator with an FSDP plugin)")
+    checkpoint_layers(model, plugin)
+    return model

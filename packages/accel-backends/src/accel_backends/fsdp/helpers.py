@@ -3,7 +3,7 @@
 Environment toggles for transformers' rank-0 loading, re-tying weights after meta
 initialisation, the FSDP2 auto-wrap policy and activation checkpointing, parameter renaming and
 switching, and the FSDP2 gradient scaler. The calls that need the FSDP strategy itself are in
-:mod:`accel_backends.fsdp_strategy_calls`.
+:mod:`accel_backends.fsdp.strategy_calls`.
 """
 
 from __future__ import annotations
@@ -13,15 +13,14 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import torch
 
-from accel_backends.errors import strategy_not_built
 from accel_core.module_inspection import get_module_class_from_name
 
 if TYPE_CHECKING:
-    from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+    from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
 
 _V = TypeVar("_V")
 ParamInitFn = Callable[[torch.nn.Module], torch.nn.Module]
@@ -143,31 +142,6 @@ def fsdp2_prepare_auto_wrap_policy(
 
         return is_large
     return None
-
-
-class _FSDPState(Protocol):
-    fsdp_plugin: FullyShardedDataParallelPlugin | None
-
-
-class _AcceleratorWithFSDP(Protocol):
-    @property
-    def state(self) -> _FSDPState: ...
-
-
-def fsdp2_apply_ac(accelerator: _AcceleratorWithFSDP, model: torch.nn.Module) -> torch.nn.Module:
-    """Wrap the layers the plugin's auto-wrap policy picks in activation checkpointing.
-
-    With ``activation_checkpointing_offload`` the saved inputs also go to CPU. The model is
-    changed in place and returned (see :mod:`accel_backends.fsdp_activation_checkpointing`).
-    Raises ``StrategyNotBuiltError`` when ``accelerator`` has no FSDP plugin.
-    """
-    from accel_backends.fsdp_activation_checkpointing import checkpoint_layers
-
-    plugin = getattr(accelerator.state, "fsdp_plugin", None)
-    if plugin is None:
-        raise strategy_not_built("FSDP", "fsdp2_apply_ac (an Accelerator with an FSDP plugin)")
-    checkpoint_layers(model, plugin)
-    return model
 
 
 def get_fsdp2_grad_scaler(**kwargs: object) -> torch.amp.GradScaler:

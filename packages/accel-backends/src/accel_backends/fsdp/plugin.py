@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 
-from accel_backends.fsdp_options import backward_prefetch, sharding_strategy
-from accel_backends.fsdp_plugin_settings import AutoWrapPolicy, FSDPPluginSettings
+from accel_backends.fsdp.options import backward_prefetch, sharding_strategy
+from accel_backends.fsdp.plugin_settings import AutoWrapPolicy, FSDPPluginSettings
 from accel_backends.launch_settings import LaunchSettings, as_bool, as_int, as_str
 from accel_ops import is_torch_version
 from accel_ops.constants import FSDP2_PYTORCH_VERSION, FSDP_AUTO_WRAP_POLICY
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         StateDictType,
     )
 
-    from accel_backends.fsdp_plugin_settings import MixedPrecisionOption
+    from accel_backends.fsdp.plugin_settings import MixedPrecisionOption
 
 logger = logging.getLogger(__name__)
 
@@ -301,3 +301,15 @@ def _current_device() -> torch.device:
         kind = accelerator.current_accelerator()
         return torch.device(kind.type, accelerator.current_device_index())
     return torch.device("cpu")
+
+
+def refuse_local_state_dict(plugin: FullyShardedDataParallelPlugin, what: str) -> None:
+    """Raise ``ValueError`` for FSDP1's ``LOCAL_STATE_DICT``, which ``what`` can't write."""
+    from torch.distributed.fsdp import StateDictType
+
+    if plugin.state_dict_type == StateDictType.LOCAL_STATE_DICT:
+        raise ValueError(
+            f"{what} writes SHARDED_STATE_DICT (each process's shards, loadable on any number of "
+            "processes) or FULL_STATE_DICT checkpoints; LOCAL_STATE_DICT is not supported: set "
+            "state_dict_type (fsdp_state_dict_type) to SHARDED_STATE_DICT."
+        )

@@ -1,6 +1,6 @@
 """The parts of ``FullyShardedDataParallelPlugin`` that turn options into torch's FSDP objects.
 
-Mixed into :class:`~accel_backends.fsdp_plugin.FullyShardedDataParallelPlugin`: the state dict
+Mixed into :class:`~accel_backends.fsdp.plugin.FullyShardedDataParallelPlugin`: the state dict
 type and its configs, the auto-wrap policy for a given model, the mixed-precision policy and the
 CPU offload policy, for FSDP 1 (``torch.distributed.fsdp.FullyShardedDataParallel``) or FSDP 2
 (``fully_shard``).
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from accel_backends.fsdp_options import MIXED_PRECISION_DTYPES
-from accel_backends.fsdp_options import state_dict_type as state_dict_type_of
+from accel_backends.fsdp.options import MIXED_PRECISION_DTYPES
+from accel_backends.fsdp.options import state_dict_type as state_dict_type_of
 from accel_backends.launch_settings import LaunchSettings, as_str
 from accel_core.module_inspection import get_module_class_from_name
 

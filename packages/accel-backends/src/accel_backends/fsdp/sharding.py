@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from accel_backends.fsdp_activation_checkpointing import (
+from accel_backends.fsdp.activation_checkpointing import (
     CONTAINERS,
     canonical_name,
     checkpoint_layers,
     innermost,
     is_wrapped_inner,
 )
-from accel_backends.fsdp_full_load import (
+from accel_backends.fsdp.full_load import (
     load_full_state_dict,
     non_persistent_buffers,
     put_back_buffers,
 )
-from accel_backends.fsdp_helpers import fsdp2_prepare_auto_wrap_policy, get_parameters_from_modules
+from accel_backends.fsdp.helpers import fsdp2_prepare_auto_wrap_policy, get_parameters_from_modules
 from accel_core.module_inspection import get_module_children_bottom_up
 from accel_core.strategies.parameters import ParameterMap
 
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import OffloadPolicy
 
-    from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+    from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
 
 logger = logging.getLogger(__name__)
 
@@ -88,11 +88,11 @@ def shard_model(
 
     In order, as in Accelerate: with ``plugin.activation_checkpointing`` the layers the policy
     picks are wrapped in activation checkpointing (:mod:`accel_backends.
-    fsdp_activation_checkpointing`; a wrapper is sharded as the unit of the layer it holds, so the
+    fsdp.activation_checkpointing`; a wrapper is sharded as the unit of the layer it holds, so the
     units are the same either way); with ``upcast_to_fp32`` (mixed precision) trainable
     parameters of other dtypes become float32, the master weights FSDP2's mixed-precision policy
     casts from; with ``plugin.cpu_ram_efficient_loading`` the model is sharded on the meta
-    device and filled from process 0's weights (:mod:`accel_backends.fsdp_full_load`).
+    device and filled from process 0's weights (:mod:`accel_backends.fsdp.full_load`).
     Returns the qualified names of the sub-modules sharded as their own unit (the root, ``""``,
     last). The model keeps its identity; its class becomes torch's ``FSDP<Class>``.
     """

@@ -1,5 +1,10 @@
-"""The ``fsdp`` strategy: FSDP2 (``torch.distributed.fsdp.fully_shard``) or FSDP1
-(``FullyShardedDataParallel``), sharded for real.
+"""The ``fsdp`` strategy: :class:`FSDP2Strategy` (``torch.distributed.fsdp.fully_shard``) and
+:class:`FSDP1Strategy` (``FullyShardedDataParallel``), sharded for real, on the parts they share
+(:class:`FSDPStrategy`: the mesh, the optimizers' owners, state dicts and checkpoints).
+
+``FSDPStrategy(...)`` builds the plugin (from ``plugin=``, the options or the launch
+environment) and returns the class of its ``fsdp_version``; each difference between the two
+versions is a method one of them overrides.
 
 Every process holds one shard of each parameter, gradient and optimizer state (a ``DTensor``
 over a one-dimensional mesh of every process); forward and backward all-gather the parameters of
@@ -8,7 +13,7 @@ all-gather and reduce-scatter: NCCL on GPUs, gloo on CPUs (torch >= 2.6). With a
 ``ParallelismConfig`` of ``dp_shard_size > 1`` it shards over the configuration's mesh instead
 (HSDP when ``dp_replicate_size > 1`` too: each shard group holds one copy, gradients are also
 all-reduced across copies), which becomes ``accelerator.torch_device_mesh``
-(:mod:`accel_backends.fsdp_mesh`).
+(:mod:`accel_backends.fsdp.mesh`).
 
 Selected by ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))``, by
 ``ACCEL_STRATEGY=fsdp`` (``accel launch``; ``ACCEL_STRATEGY_CONFIG`` holds the ``fsdp_config``
@@ -17,14 +22,14 @@ keys), by ``Accelerator(strategy="fsdp")``, or by a ``ParallelismConfig`` with `
 FSDP version 2 (Accelerate's plugin defaults to 1).
 
 FSDP version 1 (``fsdp_version=1``) wraps the model in ``FullyShardedDataParallel`` with the
-plugin's sharding strategy, policy and options (:mod:`accel_backends.fsdp1_wrapping`); ``prepare``
-returns the wrapper, as Accelerate does, and ``unwrap_model`` the model inside. Its optimizer is
-re-pointed at the shards: at the parameters' views with ``use_orig_params`` (parameter groups
-kept), else at the flat parameters (one group, as in Accelerate). Clipping and ``no_sync`` go
-through the wrapper; a checkpoint inside an accumulation cycle warns that the cycle's gradients
-are not saved (as under DeepSpeed). Checkpoints are the same files as FSDP2's.
+plugin's sharding strategy, policy and options (:mod:`accel_backends.fsdp.v1_wrapping`);
+``prepare`` returns the wrapper, as Accelerate does, and ``unwrap_model`` the model inside. Its
+optimizer is re-pointed at the shards: at the parameters' views with ``use_orig_params``
+(parameter groups kept), else at the flat parameters (one group, as in Accelerate). Clipping and
+``no_sync`` go through the wrapper; a checkpoint inside an accumulation cycle warns that the
+cycle's gradients are not saved (as under DeepSpeed). Checkpoints are the same files as FSDP2's.
 
-``prepare`` shards as :func:`accel_backends.fsdp_sharding.shard_model` says: activation
+``prepare`` shards as :func:`accel_backends.fsdp.sharding.shard_model` says: activation
 checkpointing of the policy's layers (parameter names then show ``_checkpoint_wrapped_module``,
 state dicts and checkpoints don't), fp32 master weights under mixed precision, loading from
 process 0 with ``cpu_ram_efficient_loading``; CPU offload on a CPU run changes nothing. One
@@ -43,13 +48,22 @@ import contextlib
 import dataclasses
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from abc import abstractmethod
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from accel_backends import fsdp_dcp
-from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+from accel_backends.fsdp import dcp, v1_wrapping
+from accel_backends.fsdp.accumulation import (
+    accumulated_gradients,
+    gradient_sync_off,
+    restore_accumulated_gradients,
+)
+from accel_backends.fsdp.mesh import FSDPMeshes, fsdp_meshes
+from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin, refuse_local_state_dict
+from accel_backends.fsdp.sharding import has_meta_tensors, match_renamed_parameters, shard_model
+from accel_backends.launch_settings import LaunchSettings, plugin_fields
 from accel_backends.one_process_group import destroy_own_group, form_one_process_group
 from accel_core.optimizer import unwrap_optimizer
 from accel_core.strategies import Strategy
@@ -69,7 +83,9 @@ _PLUGIN_FIELDS = frozenset(f.name for f in dataclasses.fields(FullyShardedDataPa
 
 
 class FSDPStrategy(Strategy):
-    """Shard models with FSDP2 as a :class:`~accel_backends.FullyShardedDataParallelPlugin` says.
+    """Shard models with FSDP as a :class:`~accel_backends.FullyShardedDataParallelPlugin` says:
+    the parts FSDP2 and FSDP1 share. ``FSDPStrategy(...)`` returns :class:`FSDP2Strategy` or
+    :class:`FSDP1Strategy`, as the plugin's ``fsdp_version`` says.
 
     Args:
         kwargs_handlers: the Accelerator's handlers (none concerns FSDP).
@@ -88,9 +104,24 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     plugin_slot: ClassVar[str | None] = "fsdp_plugin"
     replicates_model: ClassVar[bool] = False
-    shards_over_mesh: ClassVar[bool] = True
     #: DCP's save is a collective: it can't run in a background thread beside training.
     supports_async_save: ClassVar[bool] = False
+    #: The FSDP version this class runs (the plugin's ``fsdp_version``).
+    fsdp_version: ClassVar[int] = 2
+
+    def __new__(
+        cls,
+        kwargs_handlers: Sequence[KwargsHandler] = (),
+        plugin: FullyShardedDataParallelPlugin | None = None,
+        **options: Any,
+    ) -> FSDPStrategy:
+        if cls is not FSDPStrategy:
+            return super().__new__(cls)
+        plugin = checked_plugin(plugin, options, default_version=FSDPStrategy.fsdp_version)
+        chosen = FSDP1Strategy if plugin.fsdp_version == 1 else FSDP2Strategy
+        strategy = super().__new__(chosen)
+        strategy._chosen_plugin = plugin  # __init__ follows it instead of building another
+        return strategy
 
     def __init__(
         self,
@@ -99,20 +130,10 @@ class FSDPStrategy(Strategy):
         **options: Any,
     ) -> None:
         self.kwargs_handlers = tuple(kwargs_handlers)
-        if plugin is None:
-            plugin = _plugin_from_options(options)
-        elif options:
-            raise TypeError(
-                f"strategy 'fsdp' got a plugin and options {sorted(options)}; set them on the "
-                "plugin"
-            )
-        if not isinstance(plugin, FullyShardedDataParallelPlugin):
-            raise TypeError(
-                "strategy 'fsdp' needs a FullyShardedDataParallelPlugin, got "
-                f"{type(plugin).__name__}"
-            )
-        refuse_local_state_dict(plugin, "strategy 'fsdp'")
-        self.plugin: FullyShardedDataParallelPlugin = plugin
+        chosen = self.__dict__.pop("_chosen_plugin", None)
+        if chosen is None:
+            chosen = checked_plugin(plugin, options, default_version=self.fsdp_version)
+        self.plugin: FullyShardedDataParallelPlugin = chosen
         self.device = torch.device("cpu")
         self.mesh: DeviceMesh | None = None
         # inner optimizer -> the set-up model it steps (DCP's optimizer state dicts need both)
@@ -121,26 +142,47 @@ class FSDPStrategy(Strategy):
         )
         self._models: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
         self._replaced: ParameterMap = {}
-        # FSDP1 model -> ids of the parameters it had before wrapping (its optimizer's, then)
-        self._originals: weakref.WeakKeyDictionary[torch.nn.Module, set[int]] = (
-            weakref.WeakKeyDictionary()
-        )
         self._created_group = False
+
+    @property
+    def fsdp1(self) -> bool:
+        """Whether this is FSDP version 1 (``FullyShardedDataParallel``)."""
+        return self.fsdp_version == 1
+
+    # -- what each version does its own way ----------------------------------------------------
+
+    def _shard_mesh(self, meshes: FSDPMeshes, num_processes: int) -> DeviceMesh:
+        """The mesh models are sharded over."""
+        return meshes.shard
+
+    @abstractmethod
+    def _is_set_up(self, module: torch.nn.Module) -> bool:
+        """Whether ``module`` was sharded (or wrapped) already."""
+
+    @abstractmethod
+    def _shard(
+        self,
+        model: torch.nn.Module,
+        inner: torch.nn.Module,
+        before: list[tuple[str, torch.nn.Parameter]],
+        *,
+        upcast_to_fp32: bool,
+    ) -> torch.nn.Module:
+        """Shard ``inner`` (the model ``model`` unwraps to, whose parameters were ``before``)
+        over ``self.mesh``; return what ``prepare`` hands back."""
 
     # -- environment ---------------------------------------------------------------------------
 
     def setup_environment(self, state: AcceleratorState) -> None:
         """Build the mesh of every process on this process's device, or the mesh of the state's
         ``ParallelismConfig`` (stored as ``state.device_mesh``; see :mod:`accel_backends.
-        fsdp_mesh`, which raises ``ValueError`` for a configuration without ``dp_shard``).
+        fsdp.mesh`, which raises ``ValueError`` for a configuration without ``dp_shard``).
 
         A single process (``python script.py``, or a launch of one process, where no process
         group is formed) gets a one-process group of its own (gloo, or NCCL on CUDA), which
         ``teardown`` destroys: FSDP2 runs on one process too, with whole parameters, so a
         sharded checkpoint loads there. Several processes need the group the launch formed.
         """
-        from accel_backends.fsdp_mesh import fsdp_meshes
-
         if not torch.distributed.is_available():
             raise RuntimeError("strategy 'fsdp' needs torch.distributed, which this torch lacks")
         if not torch.distributed.is_initialized():
@@ -154,18 +196,9 @@ class FSDPStrategy(Strategy):
         self.device = state.device
         self.distributed_type = DistributedType.FSDP
         meshes = fsdp_meshes(state.parallelism_config, self.device.type, state.num_processes)
-        self.mesh = meshes.shard
-        if self.fsdp1:
-            from accel_backends.fsdp1_wrapping import fsdp1_mesh
-
-            self.mesh = fsdp1_mesh(self.plugin, meshes.shard, meshes.config, state.num_processes)
+        self.mesh = self._shard_mesh(meshes, state.num_processes)
         if meshes.config is not None:
             state.device_mesh = meshes.config
-
-    @property
-    def fsdp1(self) -> bool:
-        """Whether the plugin asks for FSDP version 1 (``FullyShardedDataParallel``)."""
-        return self.plugin.fsdp_version == 1
 
     @property
     def root_device(self) -> torch.device:
@@ -191,14 +224,8 @@ class FSDPStrategy(Strategy):
 
     def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         """Move ``module`` to the device and shard it in place (see :mod:`accel_backends.
-        fsdp_sharding`); models without trainable parameters are left as they are, and so is
+        fsdp.sharding`); models without trainable parameters are left as they are, and so is
         a model prepared already (sharded, or in FSDP1's wrapper), as in Accelerate."""
-        from accel_backends.fsdp_sharding import (
-            has_meta_tensors,
-            match_renamed_parameters,
-            shard_model,
-        )
-
         if self._is_set_up(module):
             self._models.add(module)
             return module
@@ -211,43 +238,7 @@ class FSDPStrategy(Strategy):
             raise RuntimeError("strategy 'fsdp': setup_environment must run before setup_module")
         inner = self.unwrap_model(model)
         before = list(inner.named_parameters())
-        mixed = self.precision.mode != "no"
-        if self.fsdp1:
-            return self._wrap_fsdp1(inner, before, upcast_to_fp32=mixed)
-        shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=mixed)
-        # Activation checkpointing renames parameters (``_checkpoint_wrapped_module``), which the
-        # default name matching of ``setup`` can't follow: match the plain names here.
-        self._replaced.update(match_renamed_parameters(before, inner))
-        self._models.add(model)
-        return model
-
-    def _is_set_up(self, module: torch.nn.Module) -> bool:
-        from torch.distributed.fsdp import FSDPModule
-
-        from accel_backends.fsdp1_wrapping import state_dict_root
-
-        if self.fsdp1:
-            return state_dict_root(module) is not None
-        return isinstance(self.unwrap_model(module), FSDPModule)
-
-    def _wrap_fsdp1(
-        self,
-        inner: torch.nn.Module,
-        before: list[tuple[str, torch.nn.Parameter]],
-        *,
-        upcast_to_fp32: bool,
-    ) -> torch.nn.Module:
-        from accel_backends.fsdp1_wrapping import wrap_model
-        from accel_backends.fsdp_sharding import match_renamed_parameters
-
-        assert self.mesh is not None
-        wrapped = wrap_model(
-            inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32
-        )
-        self._replaced.update(match_renamed_parameters(before, inner))
-        self._originals[wrapped] = {id(parameter) for _, parameter in before}
-        self._models.add(wrapped)
-        return wrapped
+        return self._shard(model, inner, before, upcast_to_fp32=self.precision.mode != "no")
 
     def setup_optimizer(
         self,
@@ -256,10 +247,7 @@ class FSDPStrategy(Strategy):
         *,
         device_placement: bool,
     ) -> torch.optim.Optimizer:
-        """Re-point ``optimizer`` at the sharded parameters (the default; FSDP1 without
-        ``use_orig_params``: at the flat parameters) and remember which model it steps."""
-        if self.fsdp1:
-            self._point_fsdp1_optimizer(optimizer)
+        """Re-point ``optimizer`` at the sharded parameters and remember which model it steps."""
         prune(self._replaced)
         prepared = super().setup_optimizer(
             optimizer, {**parameter_map, **self._replaced}, device_placement=device_placement
@@ -270,18 +258,6 @@ class FSDPStrategy(Strategy):
                 self._owners[optimizer] = model
                 break
         return prepared
-
-    def _point_fsdp1_optimizer(self, optimizer: torch.optim.Optimizer) -> None:
-        from accel_backends.fsdp1_wrapping import point_at_flat_parameters
-
-        if self.plugin.use_orig_params:
-            return  # the parameters' views: the name matching of ``setup`` follows them
-        stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
-        for model, originals in self._originals.items():
-            if stepped & originals:
-                flat = [p for p in model.parameters() if p.requires_grad]
-                point_at_flat_parameters(optimizer, flat)
-                return
 
     # -- the training step ---------------------------------------------------------------------
 
@@ -295,57 +271,11 @@ class FSDPStrategy(Strategy):
         parameters: Iterable[torch.nn.Parameter] | None = None,
     ) -> torch.Tensor:
         """Clip over every shard (torch's ``clip_grad_norm_`` reduces DTensor norms across the
-        mesh; FSDP1's wrapper reduces its shards' norms); returns the total norm before
-        clipping as a plain tensor."""
-        if self.fsdp1 and module is not None:
-            from accel_backends.fsdp1_wrapping import state_dict_root
-
-            root = state_dict_root(module)
-            if root is not None:
-                return root.clip_grad_norm_(max_norm, norm_type)
+        mesh); returns the total norm before clipping as a plain tensor."""
         norm = super().clip_gradients_norm(
             module, optimizer, max_norm, norm_type, parameters=parameters
         )
         return _full(norm)
-
-    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """This process's unreduced gradients of the cycle so far (FSDP2 keeps them unsharded
-        while synchronisation is off; see :mod:`accel_backends.fsdp_accumulation`). FSDP1
-        keeps them inside its flat parameters: nothing is saved, with a warning."""
-        from accel_backends.fsdp_accumulation import accumulated_gradients
-
-        if self.fsdp1:
-            warnings.warn(
-                "save_state inside a gradient accumulation cycle under FSDP1: the gradients "
-                "accumulated so far stay inside its flat parameters and are not saved, so a run "
-                "resumed from this checkpoint continues without them. Save at the end of a "
-                "cycle to resume exactly, or use fsdp_version 2, which saves them.",
-                stacklevel=2,
-            )
-            return {}
-
-        return accumulated_gradients(self.unwrap_model(model))
-
-    def restore_accumulated_gradients(
-        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
-    ) -> None:
-        """Put them back where the next synchronising backward adds to them."""
-        from accel_backends.fsdp_accumulation import restore_accumulated_gradients
-
-        if self.fsdp1:
-            return  # nothing was saved (see accumulated_gradients)
-        restore_accumulated_gradients(self.unwrap_model(model), gradients)
-
-    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
-        """Backward passes keep unsharded gradients locally instead of reduce-scattering them
-        (``set_requires_gradient_sync(False)``; FSDP1: the wrapper's ``no_sync``); the next
-        synchronising backward reduces the sum."""
-        if self.fsdp1:
-            from accel_backends.fsdp1_wrapping import state_dict_root
-
-            root = state_dict_root(model)
-            return root.no_sync() if root is not None else contextlib.nullcontext()  # type: ignore[operator]
-        return _gradient_sync_off(self.unwrap_model(model))
 
     def teardown(self) -> None:
         """Destroy the one-process group ``setup_environment`` formed, if it formed one."""
@@ -412,9 +342,9 @@ class FSDPStrategy(Strategy):
                 )
             return
         for index, state in enumerate(weights):
-            fsdp_dcp.save_section(writer, fsdp_dcp.model_folder(index), "model", state)
+            dcp.save_section(writer, dcp.model_folder(index), "model", state)
         for index, state in enumerate(optimizer_states):
-            fsdp_dcp.save_section(writer, fsdp_dcp.optimizer_folder(index), "optimizer", state)
+            dcp.save_section(writer, dcp.optimizer_folder(index), "optimizer", state)
 
     def load_checkpoint(
         self,
@@ -427,7 +357,7 @@ class FSDPStrategy(Strategy):
     ) -> None:
         """Read a sharded checkpoint through DCP (any number of processes wrote it), or a full
         one (``model.safetensors``), whichever the folder holds."""
-        if models and not reader.exists(f"{fsdp_dcp.model_folder(0)}/.metadata"):
+        if models and not reader.exists(f"{dcp.model_folder(0)}/.metadata"):
             self._load_full(reader, models, optimizers, strict=strict)
             return
         from torch.distributed.checkpoint.state_dict import (
@@ -442,15 +372,15 @@ class FSDPStrategy(Strategy):
         for index, model in enumerate(models):
             inner = self._state_module(model)
             template = get_model_state_dict(inner, options=sharded)
-            folder = fsdp_dcp.model_folder(index)
-            loaded.append(fsdp_dcp.load_section(reader, folder, "model", template, strict=strict))
+            folder = dcp.model_folder(index)
+            loaded.append(dcp.load_section(reader, folder, "model", template, strict=strict))
         for model, state in zip(models, loaded, strict=True):
             set_model_state_dict(self._state_module(model), state, options=sharded)
         for index, optimizer in enumerate(optimizers):
             owner, inner_optimizer = self._owner(optimizer), unwrap_optimizer(optimizer)
             template = get_optimizer_state_dict(owner, inner_optimizer, options=sharded)
-            folder = fsdp_dcp.optimizer_folder(index)
-            state = fsdp_dcp.load_section(reader, folder, "optimizer", template, strict=strict)
+            folder = dcp.optimizer_folder(index)
+            state = dcp.load_section(reader, folder, "optimizer", template, strict=strict)
             set_optimizer_state_dict(owner, inner_optimizer, state, options=sharded)
 
     def _load_full(
@@ -490,40 +420,204 @@ class FSDPStrategy(Strategy):
         return self._state_module(owner)
 
     def _state_module(self, model: torch.nn.Module) -> torch.nn.Module:
-        from accel_backends.fsdp1_wrapping import state_dict_module
-
-        return state_dict_module(model)
+        return v1_wrapping.state_dict_module(model)
 
     def _options(
         self, *, full: bool, cpu_offload: bool = False, strict: bool = True
     ) -> StateDictOptions:
-        """torch's state-dict options; FSDP1's full state dicts on a CPU run are gathered
-        without ``cpu_offload`` (torch's FSDP1 offload path fails on CPU tensors)."""
-        if self.fsdp1 and self.device.type == "cpu":
+        """torch's state-dict options."""
+        return _options(full=full, cpu_offload=cpu_offload, strict=strict)
+
+
+class FSDP2Strategy(FSDPStrategy):
+    """FSDP2: ``fully_shard`` on the units the plugin's policy picks, in place; ``prepare``
+    returns the model itself."""
+
+    fsdp_version: ClassVar[int] = 2
+
+    def _is_set_up(self, module: torch.nn.Module) -> bool:
+        from torch.distributed.fsdp import FSDPModule
+
+        return isinstance(self.unwrap_model(module), FSDPModule)
+
+    def _shard(
+        self,
+        model: torch.nn.Module,
+        inner: torch.nn.Module,
+        before: list[tuple[str, torch.nn.Parameter]],
+        *,
+        upcast_to_fp32: bool,
+    ) -> torch.nn.Module:
+        assert self.mesh is not None
+        shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32)
+        # Activation checkpointing renames parameters (``_checkpoint_wrapped_module``), which the
+        # default name matching of ``setup`` can't follow: match the plain names here.
+        self._replaced.update(match_renamed_parameters(before, inner))
+        self._models.add(model)
+        return model
+
+    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """This process's unreduced gradients of the cycle so far (FSDP2 keeps them unsharded
+        while synchronisation is off; see :mod:`accel_backends.fsdp.accumulation`)."""
+        return accumulated_gradients(self.unwrap_model(model))
+
+    def restore_accumulated_gradients(
+        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
+    ) -> None:
+        """Put them back where the next synchronising backward adds to them."""
+        restore_accumulated_gradients(self.unwrap_model(model), gradients)
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
+        """Backward passes keep unsharded gradients locally instead of reduce-scattering them
+        (``set_requires_gradient_sync(False)``); the next synchronising backward reduces the
+        sum."""
+        return gradient_sync_off(self.unwrap_model(model))
+
+
+class FSDP1Strategy(FSDPStrategy):
+    """FSDP1: the model inside ``FullyShardedDataParallel`` (which ``prepare`` returns) with the
+    plugin's sharding strategy (hybrid included) and options; clipping and ``no_sync`` through
+    the wrapper."""
+
+    fsdp_version: ClassVar[int] = 1
+
+    def __init__(
+        self,
+        kwargs_handlers: Sequence[KwargsHandler] = (),
+        plugin: FullyShardedDataParallelPlugin | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(kwargs_handlers, plugin, **options)
+        # wrapped model -> ids of the parameters it had before wrapping (its optimizer's, then)
+        self._originals: weakref.WeakKeyDictionary[torch.nn.Module, set[int]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _shard_mesh(self, meshes: FSDPMeshes, num_processes: int) -> DeviceMesh:
+        return v1_wrapping.fsdp1_mesh(self.plugin, meshes.shard, meshes.config, num_processes)
+
+    def _is_set_up(self, module: torch.nn.Module) -> bool:
+        return v1_wrapping.state_dict_root(module) is not None
+
+    def _shard(
+        self,
+        model: torch.nn.Module,
+        inner: torch.nn.Module,
+        before: list[tuple[str, torch.nn.Parameter]],
+        *,
+        upcast_to_fp32: bool,
+    ) -> torch.nn.Module:
+        assert self.mesh is not None
+        wrapped = v1_wrapping.wrap_model(
+            inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32
+        )
+        self._replaced.update(match_renamed_parameters(before, inner))
+        self._originals[wrapped] = {id(parameter) for _, parameter in before}
+        self._models.add(wrapped)
+        return wrapped
+
+    def setup_optimizer(
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameter_map: ParameterMap,
+        *,
+        device_placement: bool,
+    ) -> torch.optim.Optimizer:
+        """As FSDP2's; without ``use_orig_params`` the optimizer is first re-pointed at the
+        flat parameters."""
+        self._point_at_flat_parameters(optimizer)
+        return super().setup_optimizer(optimizer, parameter_map, device_placement=device_placement)
+
+    def _point_at_flat_parameters(self, optimizer: torch.optim.Optimizer) -> None:
+        if self.plugin.use_orig_params:
+            return  # the parameters' views: the name matching of ``setup`` follows them
+        stepped = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for model, originals in self._originals.items():
+            if stepped & originals:
+                flat = [p for p in model.parameters() if p.requires_grad]
+                v1_wrapping.point_at_flat_parameters(optimizer, flat)
+                return
+
+    def clip_gradients_norm(
+        self,
+        module: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        parameters: Iterable[torch.nn.Parameter] | None = None,
+    ) -> torch.Tensor:
+        """The wrapper's ``clip_grad_norm_`` (it reduces its shards' norms), or FSDP2's way for
+        anything that is no wrapped model."""
+        root = v1_wrapping.state_dict_root(module) if module is not None else None
+        if root is not None:
+            return root.clip_grad_norm_(max_norm, norm_type)
+        return super().clip_gradients_norm(
+            module, optimizer, max_norm, norm_type, parameters=parameters
+        )
+
+    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Nothing, with a warning: FSDP1 keeps the cycle's gradients inside its flat
+        parameters."""
+        warnings.warn(
+            "save_state inside a gradient accumulation cycle under FSDP1: the gradients "
+            "accumulated so far stay inside its flat parameters and are not saved, so a run "
+            "resumed from this checkpoint continues without them. Save at the end of a "
+            "cycle to resume exactly, or use fsdp_version 2, which saves them.",
+            stacklevel=2,
+        )
+        return {}
+
+    def restore_accumulated_gradients(
+        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
+    ) -> None:
+        """Nothing: nothing was saved (see :meth:`accumulated_gradients`)."""
+
+    def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
+        """The wrapper's ``no_sync``: gradients accumulate unreduced until the next synchronising
+        backward."""
+        root = v1_wrapping.state_dict_root(model)
+        return root.no_sync() if root is not None else contextlib.nullcontext()  # type: ignore[operator]
+
+    def _options(
+        self, *, full: bool, cpu_offload: bool = False, strict: bool = True
+    ) -> StateDictOptions:
+        """On a CPU run full state dicts are gathered without ``cpu_offload`` (torch's FSDP1
+        offload path fails on CPU tensors)."""
+        if self.device.type == "cpu":
             cpu_offload = False
         return _options(full=full, cpu_offload=cpu_offload, strict=strict)
 
 
-def _plugin_from_options(options: dict[str, Any]) -> FullyShardedDataParallelPlugin:
-    from accel_backends.launch_settings import LaunchSettings, plugin_fields
+def checked_plugin(
+    plugin: FullyShardedDataParallelPlugin | None,
+    options: dict[str, Any],
+    *,
+    default_version: int,
+) -> FullyShardedDataParallelPlugin:
+    """``plugin``, or one built from ``options`` and the launch environment (FSDP
+    ``default_version`` unless they say otherwise); refuses options beside a plugin, anything
+    but a plugin, and ``LOCAL_STATE_DICT``."""
+    if plugin is None:
+        plugin = _plugin_from_options(options, default_version)
+    elif options:
+        raise TypeError(
+            f"strategy 'fsdp' got a plugin and options {sorted(options)}; set them on the plugin"
+        )
+    if not isinstance(plugin, FullyShardedDataParallelPlugin):
+        raise TypeError(
+            f"strategy 'fsdp' needs a FullyShardedDataParallelPlugin, got {type(plugin).__name__}"
+        )
+    refuse_local_state_dict(plugin, "strategy 'fsdp'")
+    return plugin
 
+
+def _plugin_from_options(options: dict[str, Any], version: int) -> FullyShardedDataParallelPlugin:
     settings = LaunchSettings("fsdp")
     fields = plugin_fields("fsdp", "FullyShardedDataParallelPlugin", _PLUGIN_FIELDS, options)
     if "fsdp_version" not in fields and settings.get("fsdp_version") is None:
-        fields["fsdp_version"] = 2  # the strategy's default: FSDP2 (the plugin's is 1)
+        fields["fsdp_version"] = version  # the strategy's default: FSDP2 (the plugin's is 1)
     return FullyShardedDataParallelPlugin(**fields)
-
-
-def refuse_local_state_dict(plugin: FullyShardedDataParallelPlugin, what: str) -> None:
-    """Raise ``ValueError`` for FSDP1's ``LOCAL_STATE_DICT``, which ``what`` can't write."""
-    from torch.distributed.fsdp import StateDictType
-
-    if plugin.state_dict_type == StateDictType.LOCAL_STATE_DICT:
-        raise ValueError(
-            f"{what} writes SHARDED_STATE_DICT (each process's shards, loadable on any number of "
-            "processes) or FULL_STATE_DICT checkpoints; LOCAL_STATE_DICT is not supported: set "
-            "state_dict_type (fsdp_state_dict_type) to SHARDED_STATE_DICT."
-        )
 
 
 def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> StateDictOptions:
@@ -536,17 +630,3 @@ def _full(tensor: torch.Tensor) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
-
-
-@contextlib.contextmanager
-def _gradient_sync_off(model: torch.nn.Module) -> Iterator[None]:
-    from torch.distributed.fsdp import FSDPModule
-
-    if not isinstance(model, FSDPModule):
-        yield
-        return
-    model.set_requires_gradient_sync(False)
-    try:
-        yield
-    finally:
-        model.set_requires_gradient_sync(True)

@@ -1,8 +1,8 @@
 """Accelerate's FSDP functions (``accelerate.utils.fsdp_utils``) for FSDP2 and FSDP1 models.
 
 Same signatures, files and folders as Hugging Face Accelerate 1.15, so checkpoints move between
-the two; the work is the fsdp strategy's own (:mod:`accel_backends.fsdp_dcp`,
-:mod:`accel_backends.fsdp_sharding`, :mod:`accel_backends.fsdp_full_load`). What each writes into
+the two; the work is the fsdp strategy's own (:mod:`accel_backends.fsdp.dcp`,
+:mod:`accel_backends.fsdp.sharding`, :mod:`accel_backends.fsdp.full_load`). What each writes into
 ``output_dir`` for model (optimizer) ``i``, by the plugin's ``state_dict_type``:
 
 - ``FULL_STATE_DICT``: process 0 writes ``pytorch_model_fsdp.bin`` (``pytorch_model_fsdp_<i>.bin``
@@ -29,25 +29,27 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accel_backends import fsdp_dcp
 from accel_backends.errors import StrategyNotBuiltError
-from accel_backends.fsdp1_wrapping import state_dict_module
-from accel_backends.fsdp_strategy import FSDPStrategy, refuse_local_state_dict
+from accel_backends.fsdp import dcp
+from accel_backends.fsdp.full_load import load_full_state_dict
+from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin, refuse_local_state_dict
+from accel_backends.fsdp.sharding import shard_model
+from accel_backends.fsdp.strategy import FSDPStrategy
+from accel_backends.fsdp.v1_wrapping import state_dict_module
 from accel_core.optimizer import unwrap_optimizer
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
     from torch.nn.modules.module import _IncompatibleKeys
 
-    from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
     from accel_core import Accelerator
 
 logger = logging.getLogger(__name__)
 
 #: Accelerate's file stem of FSDP model weights (``FSDP_MODEL_NAME``).
-MODEL_NAME = fsdp_dcp.MODEL_FOLDER
+MODEL_NAME = dcp.MODEL_FOLDER
 #: Accelerate's file stem of optimizer states (``OPTIMIZER_NAME``).
-OPTIMIZER_NAME = fsdp_dcp.OPTIMIZER_FOLDER
+OPTIMIZER_NAME = dcp.OPTIMIZER_FOLDER
 
 
 def save_fsdp_model(
@@ -174,8 +176,6 @@ def fsdp2_prepare_model(accelerator: Accelerator, model: torch.nn.Module) -> tor
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
 
-    from accel_backends.fsdp_sharding import shard_model
-
     if isinstance(model, FSDPModule) or isinstance(getattr(model, "_orig_mod", None), FSDPModule):
         return model
     plugin = _plugin_of(accelerator, "fsdp2_prepare_model")
@@ -197,15 +197,13 @@ def fsdp2_load_full_state_dict(
 ) -> torch.nn.Module:
     """Fill the FSDP2-sharded ``model`` from ``full_sd``, which only the main process needs to
     hold (the others may pass ``{}``): each process receives its shards (see
-    :func:`accel_backends.fsdp_full_load.load_full_state_dict`). Returns ``model``."""
-    from accel_backends.fsdp_full_load import load_full_state_dict
-
+    :func:`accel_backends.fsdp.full_load.load_full_state_dict`). Returns ``model``."""
     return load_full_state_dict(model, full_sd, device=accelerator.device, cpu_offload=cpu_offload)
 
 
 #: Each section's file stem (full and per-rank files) and DCP folder of index ``i``.
 _STEMS = {"model": MODEL_NAME, "optimizer": OPTIMIZER_NAME}
-_DCP_FOLDERS = {"model": fsdp_dcp.model_folder, "optimizer": fsdp_dcp.optimizer_folder}
+_DCP_FOLDERS = {"model": dcp.model_folder, "optimizer": dcp.optimizer_folder}
 
 
 def _write(
@@ -227,7 +225,7 @@ def _write(
         torch.save(state, target)
     elif use_dcp:
         target = folder / _DCP_FOLDERS[section](index)
-        fsdp_dcp.save_folder(target, section, state)
+        dcp.save_folder(target, section, state)
     else:
         target = folder / _rank_file(_STEMS[section], index, accelerator.process_index)
         torch.save(state, target)
@@ -253,7 +251,7 @@ def _read(
             state = torch.load(folder / _file(_STEMS[section], index), weights_only=True)
     elif use_dcp:
         source = _dcp_folder(folder, _DCP_FOLDERS[section](index))
-        state = fsdp_dcp.load_folder(source, section, template(), strict=options.strict)
+        state = dcp.load_folder(source, section, template(), strict=options.strict)
     else:
         source = folder / _rank_file(_STEMS[section], index, accelerator.process_index)
         state = torch.load(source, weights_only=True)
@@ -271,8 +269,6 @@ def _is_full(plugin: FullyShardedDataParallelPlugin, what: str) -> bool:
 
 
 def _plugin_of(accelerator: Accelerator, what: str) -> FullyShardedDataParallelPlugin:
-    from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
-
     plugin = accelerator.state.fsdp_plugin or getattr(accelerator.strategy, "plugin", None)
     if not isinstance(plugin, FullyShardedDataParallelPlugin):
         raise ValueError(

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from accel_backends.fsdp_activation_checkpointing import CONTAINERS
-from accel_backends.fsdp_helpers import fsdp2_prepare_auto_wrap_policy, get_parameters_from_modules
-from accel_backends.fsdp_sharding import (
+from accel_backends.fsdp.activation_checkpointing import CONTAINERS
+from accel_backends.fsdp.helpers import fsdp2_prepare_auto_wrap_policy, get_parameters_from_modules
+from accel_backends.fsdp.sharding import (
     has_meta_tensors,
     tie_weights_again,
     upcast_trainable_to_fp32,
@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.fsdp import FullyShardedDataParallel, ShardingStrategy
 
-    from accel_backends.fsdp_plugin import FullyShardedDataParallelPlugin
+    from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
 
 logger = logging.getLogger(__name__)
 

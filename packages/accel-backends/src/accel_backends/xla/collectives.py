@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from accel_backends.xla_tensors import is_xla_tensor
+from accel_backends.xla.tensors import is_xla_tensor
 from accel_core.strategies.abilities import CollectiveData
 
 #: The reductions ``reduce`` accepts (those of ``accel_ops.reduce``).

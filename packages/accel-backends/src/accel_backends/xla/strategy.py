@@ -12,17 +12,17 @@ Selected by ``ACCEL_STRATEGY=xla`` (``accel launch --use_xla``) or
   as ``xm.optimizer_step(optimizer, barrier=True)`` does. While gradients accumulate nothing is
   run; the graph of the accumulated micro-batches runs with the step;
 - ``gather``, ``reduce`` and ``broadcast`` of XLA tensors use torch_xla's collectives
-  (:mod:`accel_backends.xla_collectives`);
+  (:mod:`accel_backends.xla.collectives`);
 - checkpoints, ``get_state_dict`` and ``save_model`` hold CPU copies (:mod:`accel_backends.
-  xla_tensors`): the files are those of every other strategy, readable without torch_xla. The
+  xla.tensors`): the files are those of every other strategy, readable without torch_xla. The
   XLA random generator's seed is kept in the checkpoint's manifest;
 - ``spmd=True`` runs one process over every device of the host (SPMD): parameters are
   replicated and each tensor a prepared model receives is sharded along its first dimension
-  over a one-axis device mesh (:mod:`accel_backends.xla_spmd`); XLA's compiler inserts the
+  over a one-axis device mesh (:mod:`accel_backends.xla.spmd`); XLA's compiler inserts the
   gradient all-reduce. This is how several CPU devices train together (``CPU_NUM_DEVICES``).
 
 Replica worlds that can't run are errors before any model moves (see
-:mod:`accel_backends.xla_runtime`): several replicas on the CPU device, or a process count that
+:mod:`accel_backends.xla.runtime`): several replicas on the CPU device, or a process count that
 differs from torch_xla's replica count.
 """
 
@@ -34,16 +34,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch.utils.data import DataLoader
 
-from accel_backends import xla_collectives
-from accel_backends.xla_runtime import ReplicaWorld, check_world, require_torch_xla
-from accel_backends.xla_tensors import move_keeping_ties, to_cpu
+from accel_backends.xla import collectives
+from accel_backends.xla.checkpoint import load_states
+from accel_backends.xla.loaders import on_xla_device
+from accel_backends.xla.runtime import ReplicaWorld, check_world, require_torch_xla
+from accel_backends.xla.spmd import DataMesh
+from accel_backends.xla.tensors import move_keeping_ties, to_cpu
 from accel_core.optimizer import unwrap_optimizer
 from accel_core.strategies import Strategy
 from accel_core.strategies.abilities import CollectiveData
 from accel_ops import DistributedType
 
 if TYPE_CHECKING:
-    from accel_backends.xla_spmd import DataMesh
     from accel_core.checkpointing import CheckpointReader
     from accel_core.gradient_state import GradientState
     from accel_core.kwargs_handlers import KwargsHandler
@@ -99,8 +101,6 @@ class XLAStrategy(Strategy):
         import torch_xla
 
         if self.spmd:
-            from accel_backends.xla_spmd import DataMesh
-
             self.mesh = DataMesh.over_every_device()
         self.world = ReplicaWorld.current()
         check_world(self.world, state.num_processes, state.process_index)
@@ -125,9 +125,7 @@ class XLAStrategy(Strategy):
 
     def process_dataloader(self, dataloader: DataLoader[Any]) -> DataLoader[Any]:
         """The prepared loader, yielding its batches on the XLA device whatever its
-        ``device_placement`` (see :mod:`accel_backends.xla_loaders`)."""
-        from accel_backends.xla_loaders import on_xla_device
-
+        ``device_placement`` (see :mod:`accel_backends.xla.loaders`)."""
         return on_xla_device(dataloader, self.device)
 
     # -- the training step ---------------------------------------------------------------------
@@ -190,22 +188,22 @@ class XLAStrategy(Strategy):
 
     def gather(self, data: CollectiveData) -> CollectiveData:
         """Concatenate ``data``'s tensors across replicas along dim 0."""
-        return xla_collectives.gather(data)
+        return collectives.gather(data)
 
     def gather_object(self, obj: object) -> list[object]:
         """Every replica's ``obj``, in ordinal order."""
-        return xla_collectives.gather_object(obj)
+        return collectives.gather_object(obj)
 
     def reduce(
         self, data: CollectiveData, reduction: str = "sum", scale: float = 1.0
     ) -> CollectiveData:
         """Reduce ``data``'s tensors across replicas (``"sum"``, ``"mean"``, ``"max"``,
         ``"none"``), times ``scale``."""
-        return xla_collectives.reduce(data, self.world.replicas, reduction, scale)
+        return collectives.reduce(data, self.world.replicas, reduction, scale)
 
     def broadcast(self, data: CollectiveData, from_process: int = 0) -> CollectiveData:
         """Replica ``from_process``'s tensors on every replica."""
-        return xla_collectives.broadcast(data, self.world.replicas, from_process)
+        return collectives.broadcast(data, self.world.replicas, from_process)
 
     # -- state dicts and checkpoints -----------------------------------------------------------
 
@@ -251,8 +249,6 @@ class XLAStrategy(Strategy):
         strict: bool = True,
     ) -> None:
         """Read and check every state on CPU, then copy it onto the XLA device."""
-        from accel_backends.xla_checkpoint import load_states
-
         load_states(reader, models, optimizers, self.unwrap_model, strict=strict)
 
     def checkpoint_extra_state(self) -> dict[str, Any]:

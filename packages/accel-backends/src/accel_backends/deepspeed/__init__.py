@@ -1,0 +1,5 @@
+"""The DeepSpeed engine: its strategy, plugin and helpers, and its description
+(:mod:`accel_backends.deepspeed.description`, torch-free).
+
+Nothing is imported here: the public names are exported by :mod:`accel_backends`.
+"""

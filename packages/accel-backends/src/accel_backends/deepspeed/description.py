@@ -1,0 +1,92 @@
+"""How the ``deepspeed`` engine describes itself (torch-free: ``accel launch`` reads it).
+
+See :class:`accel_core.engine_description.EngineDescription`. The launch options' ``engine_key``
+values are the one map from launch keys (and ``DeepSpeedPlugin`` fields) to DeepSpeed's dotted
+keys; :mod:`accel_backends.deepspeed.resolution` reads it from here.
+"""
+
+from __future__ import annotations
+
+from accel_core.engine_description import ConfigKey, EngineDescription, LaunchOption
+
+#: Where DeepSpeed may offload optimizer states or parameters.
+OFFLOAD_DEVICES = ("none", "cpu", "nvme")
+#: DeepSpeed's multi-machine launchers (``deepspeed_multinode_launcher``).
+DEEPSPEED_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm")
+
+_LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
+    LaunchOption("deepspeed_config_file", "DeepSpeed JSON config file."),
+    LaunchOption(
+        "zero_stage",
+        "ZeRO stage.",
+        kind="int",
+        choices=(0, 1, 2, 3),
+        engine_key="zero_optimization.stage",
+    ),
+    LaunchOption(
+        "offload_optimizer_device",
+        "Where optimizer states live.",
+        choices=OFFLOAD_DEVICES,
+        engine_key="zero_optimization.offload_optimizer.device",
+    ),
+    LaunchOption(
+        "offload_param_device",
+        "Where parameters live (stage 3).",
+        choices=OFFLOAD_DEVICES,
+        engine_key="zero_optimization.offload_param.device",
+    ),
+    LaunchOption(
+        "offload_optimizer_nvme_path",
+        "NVMe folder for optimizer offload.",
+        engine_key="zero_optimization.offload_optimizer.nvme_path",
+    ),
+    LaunchOption(
+        "offload_param_nvme_path",
+        "NVMe folder for parameter offload.",
+        engine_key="zero_optimization.offload_param.nvme_path",
+    ),
+    LaunchOption(
+        "gradient_accumulation_steps",
+        "Steps per optimizer step (also ACCEL_GRADIENT_ACCUMULATION_STEPS).",
+        kind="int",
+        env="ACCEL_GRADIENT_ACCUMULATION_STEPS",
+        engine_key="gradient_accumulation_steps",
+    ),
+    LaunchOption(
+        "gradient_clipping", "Gradient norm clipping.", kind="float", engine_key="gradient_clipping"
+    ),
+    LaunchOption("zero3_init_flag", "Build large models sharded (true/false).", kind="bool"),
+    LaunchOption(
+        "zero3_save_16bit_model",
+        "Save 16-bit weights under stage 3 (true/false).",
+        kind="bool",
+        engine_key="zero_optimization.stage3_gather_16bit_weights_on_model_save",
+    ),
+    LaunchOption("deepspeed_moe_layer_cls_names", "Comma-separated MoE layer class names."),
+)
+
+_CONFIG_KEYS: dict[str, ConfigKey] = {
+    "deepspeed_hostfile": ConfigKey("str", "DeepSpeed hostfile (DeepSpeed's own launchers only)"),
+    "deepspeed_exclusion_filter": ConfigKey("str", "DeepSpeed exclusion filter"),
+    "deepspeed_inclusion_filter": ConfigKey("str", "DeepSpeed inclusion filter"),
+    "deepspeed_multinode_launcher": ConfigKey(
+        "str", "multi-machine launcher", choices=DEEPSPEED_LAUNCHERS
+    ),
+}
+
+DESCRIPTION = EngineDescription(
+    name="deepspeed",
+    title="DeepSpeed",
+    strategy="accel_backends.deepspeed.strategy:DeepSpeedStrategy",
+    install="accel-backends[deepspeed]",
+    distributed_type="DEEPSPEED",
+    launch_flag="use_deepspeed",
+    launch_options=_LAUNCH_OPTIONS,
+    config_section="deepspeed_config",
+    config_keys=_CONFIG_KEYS,
+    launch_check="accel_backends.deepspeed.launch_check:check",
+    plugin_keywords=("deepspeed_plugin", "deepspeed_plugins"),
+    plugin_class="accel_backends.deepspeed.plugin:DeepSpeedPlugin",
+    mesh_dimensions=frozenset({"dp_replicate"}),
+    wrapper_classes=("DeepSpeedEngine", "PipelineEngine"),
+)

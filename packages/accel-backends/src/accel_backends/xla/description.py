@@ -1,0 +1,30 @@
+"""How the ``xla`` engine describes itself (torch-free: ``accel launch`` reads it).
+
+See :class:`accel_core.engine_description.EngineDescription`. Its one launch option,
+``downcast_bf16``, is a top-level key of the config file (the engine has no section).
+"""
+
+from __future__ import annotations
+
+from accel_core.engine_description import EngineDescription, LaunchOption
+
+_LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
+    LaunchOption(
+        "downcast_bf16",
+        "Store float64 tensors as bfloat16 too under bf16.",
+        kind="flag",
+        default=False,
+    ),
+)
+
+DESCRIPTION = EngineDescription(
+    name="xla",
+    title="XLA",
+    strategy="accel_backends.xla.strategy:XLAStrategy",
+    install="accel-backends[xla]",
+    distributed_type="XLA",
+    launch_flag="use_xla",
+    launch_flag_aliases=("--tpu",),
+    launch_options=_LAUNCH_OPTIONS,
+    mesh_dimensions=frozenset({"dp_replicate"}),
+)
