@@ -75,8 +75,9 @@ def _requirement_name(requirement: str) -> str:
     return re.split(r"[<>=!~;\[ ]", requirement, maxsplit=1)[0].strip().lower()
 
 
-def _local_closure(names: list[str]) -> list[str]:
-    """The given local distributions plus every local distribution they depend on."""
+def _local_closure(names: list[str], extras: str = "") -> list[str]:
+    """The given local distributions plus every local distribution they depend on, also through
+    their extra ``extras`` (not the extras of their dependencies, as :func:`_install_local`)."""
     seen: list[str] = []
     todo = list(names)
     while todo:
@@ -84,7 +85,11 @@ def _local_closure(names: list[str]) -> list[str]:
         if name in seen:
             continue
         seen.append(name)
-        for requirement in _read_pyproject(LOCAL[name])["project"].get("dependencies", []):
+        project = _read_pyproject(LOCAL[name])["project"]
+        requirements = list(project.get("dependencies", []))
+        if extras and name in names:
+            requirements += project.get("optional-dependencies", {}).get(extras, [])
+        for requirement in requirements:
             dependency = _requirement_name(requirement)
             if dependency in LOCAL:
                 todo.append(dependency)
@@ -106,7 +111,7 @@ def _install_local(
     """
     session.install(*torch)
     targets = []
-    for name in _local_closure(names):
+    for name in _local_closure(names, extras):
         wants_extra = extras and name in names and _has_extra(name, extras)
         targets.append(f"{LOCAL[name]}[{extras}]" if wants_extra else str(LOCAL[name]))
     session.install(*targets, env=env)

@@ -118,9 +118,16 @@ Older files: `fsdp_sharding_strategy` may be a number (1 = FULL_SHARD ... 5 =
 HYBRID_SHARD_ZERO2), `downcast_bf16` may be `'no'`/`'yes'`, and `fsdp_backward_prefetch_policy`
 is read as `fsdp_backward_prefetch` (`accel config update` renames it).
 
-The `deepspeed_config` or `fsdp_config` section, merged with the launch flags of the same names,
-reaches the processes as the JSON object `ACCEL_STRATEGY_CONFIG` (keys as below), with the strategy
-name in `ACCEL_STRATEGY`; see the [launch environment](environment.md).
+`strategy` is accel's own key (Accelerate has none): a strategy by name, `ddp`, `single_device`
+or an engine an installed package describes (an `accel.strategies` entry point), as
+`accel launch --strategy NAME` takes it. It is chosen over `distributed_type` (which then only says
+`MULTI_CPU` or `MULTI_GPU`); a `distributed_type` of another engine is an error.
+
+The sections and `distributed_type` values of the engines come from the engines installed (here:
+accel-backends' DeepSpeed, FSDP and XLA); an empty section of an engine not installed is accepted,
+as Accelerate writes them. The chosen engine's section, merged with the launch flags of the same
+names, reaches the processes as the JSON object `ACCEL_STRATEGY_CONFIG` (keys as below), with the
+strategy name in `ACCEL_STRATEGY`; see the [launch environment](environment.md).
 """
 
 
@@ -138,10 +145,10 @@ def generate_config_reference() -> str:
     from accel_launch.config.defaults import BASE_DEFAULTS
 
     lines = [CONFIG_HEADER, "## Top-level keys", ""]
-    lines += _key_table(schema.TOP_KEYS)
+    lines += _key_table(schema.top_keys())
     defaults = ", ".join(f"`{k}: {v}`" for k, v in BASE_DEFAULTS.items())
     lines += ["", f"Defaults written by `accel config`: {defaults}.", ""]
-    for section, fields in schema.SECTIONS.items():
+    for section, fields in schema.sections().items():
         lines += [f"## `{section}`", ""]
         lines += _key_table(fields)
         lines.append("")

@@ -6,6 +6,8 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from accel_launch.config.schema import MIXED_PRECISIONS
+
 
 def add_config_file_argument(parser: argparse.ArgumentParser, help_text: str) -> None:
     """Add ``--config_file`` (also ``--config-file``) to ``parser``; unset, it parses to None."""
@@ -20,7 +22,7 @@ def add_mixed_precision_argument(parser: argparse.ArgumentParser) -> None:
         "--mixed_precision",
         "--mixed-precision",
         default="no",
-        choices=("no", "fp16", "bf16"),
+        choices=MIXED_PRECISIONS,
         help="Mixed precision mode.",
     )
 

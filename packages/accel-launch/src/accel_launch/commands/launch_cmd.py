@@ -113,7 +113,7 @@ def prepare(args: argparse.Namespace) -> tuple[LaunchPlan, dict[str, str]]:
     """Check the flags, resolve the plan and build the worker environment; starts nothing.
 
     Raises :class:`~accel_launch.errors.AccelLaunchError` for flags, variables or config values
-    that are wrong or contradict each other (DeepSpeed's JSON file included).
+    that are wrong or contradict each other (the chosen engine's launch check included).
     """
     from accel_launch.errors import AccelLaunchError
     from accel_launch.launch.workerenv import accel_environment
@@ -121,10 +121,9 @@ def prepare(args: argparse.Namespace) -> tuple[LaunchPlan, dict[str, str]]:
     if args.module and args.no_python:
         raise AccelLaunchError("--module and --no_python cannot be combined")
     plan = load_plan(args)
-    if plan.strategy == "deepspeed":
-        from accel_launch.launch.deepspeed_settings import deepspeed_rows
+    from accel_launch.launch.engine_settings import check
 
-        deepspeed_rows(plan)  # a key the DeepSpeed file and the launch disagree on stops here
+    check(plan)  # the engine's launch check: settings that contradict each other stop here
     return plan, accel_environment(plan)
 
 

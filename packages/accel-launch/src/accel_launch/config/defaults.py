@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from accel_launch.config.schema import MIXED_PRECISIONS
 from accel_launch.errors import ConfigError
 
 BASE_DEFAULTS: dict[str, Any] = {
@@ -37,9 +38,10 @@ def basic_config(mixed_precision: str = "no") -> dict[str, Any]:
     from accel_launch.devices import count_cuda_devices
 
     precision = str(mixed_precision).lower()
-    if precision not in ("no", "fp16", "bf16"):
+    if precision not in MIXED_PRECISIONS:
         raise ConfigError(
-            f"mixed_precision={mixed_precision!r} is not allowed; expected one of no, fp16, bf16"
+            f"mixed_precision={mixed_precision!r} is not allowed; expected one of "
+            f"{', '.join(MIXED_PRECISIONS)}"
         )
     gpus = count_cuda_devices()
     config = complete({"mixed_precision": precision})

@@ -3,25 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel_launch.config.defaults import complete
-from accel_launch.config.schema import (
-    FSDP_AUTO_WRAP_POLICIES,
-    FSDP_SHARDING_STRATEGIES,
-    FSDP_STATE_DICT_TYPES,
-    OFFLOAD_DEVICES,
-    RDZV_BACKENDS,
-)
+from accel_launch.config.schema import MIXED_PRECISIONS, RDZV_BACKENDS, engine_fields
 from accel_launch.errors import AccelLaunchError
+from accel_launch.launch import engines
 
+if TYPE_CHECKING:
+    from accel_core.engine_description import EngineDescription
+
+#: The built-in kinds; each installed engine with a ``distributed_type`` adds one, by its title.
 DISTRIBUTED_CHOICES = {
     "No distributed training (one process)": "NO",
     "multi-CPU (several CPU processes, DDP)": "MULTI_CPU",
     "multi-GPU (one process per GPU, DDP)": "MULTI_GPU",
-    "DeepSpeed": "DEEPSPEED",
-    "FSDP (fully sharded data parallel)": "FSDP",
-    "XLA (TPU)": "XLA",
 }
 DYNAMO_CHOICES = ("inductor", "eager", "aot_eager", "cudagraphs", "onnxrt", "tensorrt", "tvm")
 
@@ -87,13 +83,18 @@ def _cluster(ask: _Asker, config: dict[str, Any]) -> None:
     config["same_network"] = ask.confirm("Are all the machines on the same local network?", True)
 
 
-def _deepspeed(ask: _Asker) -> dict[str, Any]:
+def _choices(description: EngineDescription, key: str) -> list[str]:
+    """The allowed values of ``key`` of the engine's section, as its description gives them."""
+    return [str(choice) for choice in engine_fields(description)[key].choices or ()]
+
+
+def _deepspeed(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
     if ask.confirm("Do you have a DeepSpeed JSON config file?", False):
         path = ask.text("Path of the DeepSpeed config file:", "", lambda v: bool(v.strip()))
         return {"deepspeed_config_file": path}
     section: dict[str, Any] = {}
     section["zero_stage"] = int(ask.select("Which ZeRO stage?", ["0", "1", "2", "3"], "2"))
-    devices = list(OFFLOAD_DEVICES)
+    devices = _choices(description, "offload_optimizer_device")
     section["offload_optimizer_device"] = ask.select(
         "Offload optimizer states to?", devices, "none"
     )
@@ -105,7 +106,7 @@ def _deepspeed(ask: _Asker) -> dict[str, Any]:
     return section
 
 
-def _fsdp(ask: _Asker) -> dict[str, Any]:
+def _fsdp(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
     section: dict[str, Any] = {
         "fsdp_version": int(ask.select("Which FSDP version?", ["2", "1"], "2"))
     }
@@ -115,11 +116,15 @@ def _fsdp(ask: _Asker) -> dict[str, Any]:
         )
     else:
         section["fsdp_sharding_strategy"] = ask.select(
-            "Which sharding strategy?", list(FSDP_SHARDING_STRATEGIES), "FULL_SHARD"
+            "Which sharding strategy?",
+            _choices(description, "fsdp_sharding_strategy"),
+            "FULL_SHARD",
         )
     section["fsdp_offload_params"] = ask.confirm("Offload parameters and gradients to CPU?", False)
     policy = ask.select(
-        "How should modules be wrapped?", list(FSDP_AUTO_WRAP_POLICIES), "TRANSFORMER_BASED_WRAP"
+        "How should modules be wrapped?",
+        _choices(description, "fsdp_auto_wrap_policy"),
+        "TRANSFORMER_BASED_WRAP",
     )
     section["fsdp_auto_wrap_policy"] = policy
     if policy == "TRANSFORMER_BASED_WRAP":
@@ -131,11 +136,34 @@ def _fsdp(ask: _Asker) -> dict[str, Any]:
     elif policy == "SIZE_BASED_WRAP":
         section["fsdp_min_num_params"] = ask.integer("Minimum parameters per unit?", 100000000, 1)
     section["fsdp_state_dict_type"] = ask.select(
-        "Checkpoint layout?", list(FSDP_STATE_DICT_TYPES), "SHARDED_STATE_DICT"
+        "Checkpoint layout?", _choices(description, "fsdp_state_dict_type"), "SHARDED_STATE_DICT"
     )
     section["fsdp_cpu_ram_efficient_loading"] = ask.confirm("Load weights on rank 0 only?", True)
     section["fsdp_activation_checkpointing"] = ask.confirm("Use activation checkpointing?", False)
     return section
+
+
+def _xla(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
+    return {"downcast_bf16": ask.confirm("Under bf16, store float64 tensors as bf16 too?", False)}
+
+
+#: The questions asked for an engine, by strategy name, and whether it runs on GPUs; an engine
+#: not listed here gets no questions of its own.
+_ENGINE_QUESTIONS: dict[str, tuple[Callable[[_Asker, Any], dict[str, Any]], bool]] = {
+    "deepspeed": (_deepspeed, True),
+    "fsdp": (_fsdp, True),
+    "xla": (_xla, False),
+}
+
+
+def _engine_kinds() -> dict[str, EngineDescription]:
+    """The installed engines the questionnaire offers, by the distributed type that names them."""
+    return {
+        description.distributed_type: description
+        for description in engines.installed().values()
+        if description.distributed_type
+        and description.distributed_type not in engines.BUILT_IN_TYPES
+    }
 
 
 def ask_config() -> dict[str, Any]:
@@ -156,17 +184,20 @@ def ask_config() -> dict[str, Any]:
     )
     if where != "This machine":
         _cluster(ask, config)
-    label = ask.select("Which kind of distributed training?", list(DISTRIBUTED_CHOICES))
-    kind = DISTRIBUTED_CHOICES[label]
+    engine_kinds = _engine_kinds()
+    choices = dict(DISTRIBUTED_CHOICES)
+    choices.update({description.title: kind for kind, description in engine_kinds.items()})
+    label = ask.select("Which kind of distributed training?", list(choices))
+    kind = choices[label]
     config["distributed_type"] = kind
-    if kind == "DEEPSPEED":
-        config["deepspeed_config"] = _deepspeed(ask)
-    elif kind == "FSDP":
-        config["fsdp_config"] = _fsdp(ask)
-    elif kind == "XLA":
-        config["downcast_bf16"] = ask.confirm(
-            "Under bf16, store float64 tensors as bf16 too?", False
-        )
+    described = engine_kinds.get(kind)
+    questions, on_gpus = _ENGINE_QUESTIONS.get(described.name if described else "", (None, True))
+    if described is not None and questions is not None:
+        answers = questions(ask, described)
+        if described.config_section:
+            config[described.config_section] = answers
+        else:
+            config.update(answers)
     gpus = count_cuda_devices()
     machines = int(config.get("num_machines", 1))
     if kind == "NO":
@@ -181,7 +212,8 @@ def ask_config() -> dict[str, Any]:
         config["debug"] = ask.confirm(
             "Check shapes and dtypes across ranks before each collective (debug mode)?", False
         )
-    if kind in ("MULTI_GPU", "DEEPSPEED", "FSDP") or (kind == "NO" and not config["use_cpu"]):
+    gpu_kind = kind == "MULTI_GPU" or (described is not None and on_gpus)
+    if gpu_kind or (kind == "NO" and not config["use_cpu"]):
         config["gpu_ids"] = ask.text(
             "Which GPUs of this machine (ids, comma-separated)?",
             "all",
@@ -190,5 +222,5 @@ def ask_config() -> dict[str, Any]:
     if ask.confirm("Compile the model with torch.compile?", False):
         backend = ask.select("Which torch.compile backend?", list(DYNAMO_CHOICES), "inductor")
         config["dynamo_config"] = {"dynamo_backend": backend.upper()}
-    config["mixed_precision"] = ask.select("Mixed precision?", ["no", "fp16", "bf16"], "no")
+    config["mixed_precision"] = ask.select("Mixed precision?", list(MIXED_PRECISIONS), "no")
     return complete(config)

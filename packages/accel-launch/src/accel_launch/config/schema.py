@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cache
 from typing import Any
 
 from accel_launch.errors import ConfigError
 
-DISTRIBUTED_TYPES = ("NO", "MULTI_CPU", "MULTI_GPU", "DEEPSPEED", "FSDP", "XLA")
+# The launcher's one list of mixed-precision modes. accel_ops.launch_environment has the same
+# tuple for the torch side; the launcher can't import it (no torch at start-up), and
+# accel-kit/tests/test_shared_definitions.py checks the two agree.
 MIXED_PRECISIONS = ("no", "fp16", "bf16")
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 DYNAMO_BACKENDS = (
@@ -35,18 +38,6 @@ DYNAMO_BACKENDS = (
     "tvm",
 )
 DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune")
-FSDP_SHARDING_STRATEGIES = (
-    "FULL_SHARD",
-    "SHARD_GRAD_OP",
-    "NO_SHARD",
-    "HYBRID_SHARD",
-    "HYBRID_SHARD_ZERO2",
-)
-FSDP_AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
-FSDP_BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
-FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT")
-OFFLOAD_DEVICES = ("none", "cpu", "nvme")
-DEEPSPEED_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm")
 
 
 @dataclass(frozen=True)
@@ -57,6 +48,10 @@ class Field:
     choices: tuple[Any, ...] | None = None
     nullable: bool = True
     help: str = ""
+    #: a free-text ``str`` that also takes what YAML reads as another scalar (``true``, ``2``),
+    #: kept as read: an engine's free-text option (FSDP's ``fsdp_reshard_after_forward`` is
+    #: true/false for FSDP 2, a strategy name for FSDP 1)
+    scalars: bool = False
 
 
 def _f(kind: str, choices: tuple[Any, ...] | None = None, help: str = "") -> Field:
@@ -71,50 +66,17 @@ DYNAMO_KEYS: dict[str, Field] = {
     "dynamo_use_regional_compilation": _f("bool", help="compile repeated blocks once"),
 }
 
-DEEPSPEED_KEYS: dict[str, Field] = {
-    "deepspeed_config_file": _f(
-        "str", help="a DeepSpeed JSON config; other keys then come from it"
-    ),
-    "zero_stage": _f("int", (0, 1, 2, 3), "ZeRO stage"),
-    "offload_optimizer_device": _f("str", OFFLOAD_DEVICES, "where optimizer states live"),
-    "offload_param_device": _f("str", OFFLOAD_DEVICES, "where parameters live (stage 3)"),
-    "offload_optimizer_nvme_path": _f("str", help="NVMe folder for optimizer offload"),
-    "offload_param_nvme_path": _f("str", help="NVMe folder for parameter offload"),
-    "gradient_accumulation_steps": _f("int", help="steps per optimizer step"),
-    "gradient_clipping": _f("float", help="gradient norm clipping value"),
-    "zero3_init_flag": _f("bool", help="build large models sharded (zero.Init)"),
-    "zero3_save_16bit_model": _f("bool", help="save a 16-bit model under stage 3"),
-    "deepspeed_hostfile": _f("str", help="DeepSpeed hostfile (DeepSpeed's own launchers only)"),
-    "deepspeed_exclusion_filter": _f("str", help="DeepSpeed exclusion filter"),
-    "deepspeed_inclusion_filter": _f("str", help="DeepSpeed inclusion filter"),
-    "deepspeed_multinode_launcher": _f("str", DEEPSPEED_LAUNCHERS, "multi-machine launcher"),
-    "deepspeed_moe_layer_cls_names": _f("str", help="comma-separated MoE layer class names"),
-}
-
-FSDP_KEYS: dict[str, Field] = {
-    "fsdp_version": _f("int", (1, 2), "FSDP API version"),
-    "fsdp_sharding_strategy": _f("str", FSDP_SHARDING_STRATEGIES, "how FSDP 1 shards (older key)"),
-    "fsdp_reshard_after_forward": _f("any", help="FSDP 2: true/false; FSDP 1: a sharding strategy"),
-    "fsdp_offload_params": _f("bool", help="offload parameters and gradients to CPU"),
-    "fsdp_min_num_params": _f("int", help="minimum parameters per unit for SIZE_BASED_WRAP"),
-    "fsdp_auto_wrap_policy": _f("str", FSDP_AUTO_WRAP_POLICIES, "how modules are wrapped"),
-    "fsdp_transformer_layer_cls_to_wrap": _f("str", help="comma-separated layer class names"),
-    "fsdp_backward_prefetch": _f("str", FSDP_BACKWARD_PREFETCH, "backward prefetch"),
-    "fsdp_backward_prefetch_policy": _f("str", FSDP_BACKWARD_PREFETCH, "older name of the above"),
-    "fsdp_state_dict_type": _f("str", FSDP_STATE_DICT_TYPES, "checkpoint layout"),
-    "fsdp_forward_prefetch": _f("bool", help="forward prefetch"),
-    "fsdp_use_orig_params": _f("bool", help="keep original parameters (FSDP 1)"),
-    "fsdp_cpu_ram_efficient_loading": _f("bool", help="load weights on rank 0 only"),
-    "fsdp_sync_module_states": _f("bool", help="broadcast rank 0's weights at wrap time"),
-    "fsdp_activation_checkpointing": _f("bool", help="activation checkpointing"),
-}
-
 #: Keys Accelerate knows and accel accepts only when empty (features out of accel's scope).
 UNSUPPORTED_SECTIONS = ("megatron_lm_config", "parallelism_config", "mpirun_config", "ipex_config")
 
 TOP_KEYS: dict[str, Field] = {
     "compute_environment": _f("str", ("LOCAL_MACHINE",), "where the job runs"),
-    "distributed_type": _f("str", DISTRIBUTED_TYPES, "how processes cooperate"),
+    "distributed_type": _f("str", ("NO", "MULTI_CPU", "MULTI_GPU"), "how processes cooperate"),
+    "strategy": _f(
+        "str",
+        help="accel's own key: the strategy by name (ddp, single_device or an installed engine); "
+        "chosen over distributed_type",
+    ),
     "mixed_precision": _f("str", MIXED_PRECISIONS, "mixed precision mode"),
     "use_cpu": _f("bool", help="run on CPU even with accelerators present"),
     "debug": _f("bool", help="check collectives across ranks"),
@@ -139,34 +101,83 @@ TOP_KEYS: dict[str, Field] = {
     "tpu_vm": _f("list", help="TPU pods (accepted, not used by accel)"),
     "tpu_env": _f("list", help="TPU pods (accepted, not used by accel)"),
     "dynamo_config": _f("dict", help="torch.compile options (section below)"),
-    "deepspeed_config": _f("dict", help="DeepSpeed options (section below)"),
-    "fsdp_config": _f("dict", help="FSDP options (section below)"),
     **{
         name: _f("dict", help="out of scope: accepted only when empty")
         for name in UNSUPPORTED_SECTIONS
     },
 }
 
-SECTIONS: dict[str, dict[str, Field]] = {
-    "dynamo_config": DYNAMO_KEYS,
-    "deepspeed_config": DEEPSPEED_KEYS,
-    "fsdp_config": FSDP_KEYS,
-}
+#: The launcher's own sections; each installed engine adds its own (:func:`sections`).
+BASE_SECTIONS: dict[str, dict[str, Field]] = {"dynamo_config": DYNAMO_KEYS}
+_KINDS = {"flag": "bool"}
+
+
+def _engines() -> Mapping[str, Any]:
+    from accel_launch.launch.engines import installed
+
+    return installed()
+
+
+def engine_fields(description: Any) -> dict[str, Field]:
+    """The keys of an engine's config-file section (or top-level keys, without one)."""
+    fields: dict[str, Field] = {}
+    for option in description.launch_options:
+        kind = _KINDS.get(option.kind, option.kind)
+        free_text = kind == "str" and option.choices is None
+        fields[option.section_key] = Field(kind, option.choices, True, option.help, free_text)
+    for key, spec in description.config_keys.items():
+        fields[key] = Field(spec.kind, spec.choices, True, spec.help)
+    return fields
+
+
+@cache
+def sections() -> dict[str, dict[str, Field]]:
+    """Every section a config file may hold here: the launcher's and the installed engines'."""
+    found = dict(BASE_SECTIONS)
+    for description in _engines().values():
+        if description.config_section:
+            found.setdefault(description.config_section, engine_fields(description))
+    return found
+
+
+@cache
+def top_keys() -> dict[str, Field]:
+    """Every top-level key a config file may hold here: Accelerate's, the installed engines'
+    ``distributed_type`` values and sections, and the keys of engines without a section."""
+    from accel_launch.launch.engines import distributed_types
+
+    keys = dict(TOP_KEYS)
+    keys["distributed_type"] = replace(TOP_KEYS["distributed_type"], choices=distributed_types())
+    for description in _engines().values():
+        if description.config_section:
+            help = f"{description.title} options (section below)"
+            keys.setdefault(description.config_section, _f("dict", help=help))
+        else:
+            for key, field in engine_fields(description).items():
+                keys.setdefault(key, field)
+    return keys
+
 
 _TRUE = {"true", "yes", "1", "on"}
 _FALSE = {"false", "no", "0", "off", ""}
-_FSDP1_STRATEGY_NUMBERS = dict(enumerate(FSDP_SHARDING_STRATEGIES, start=1))
 
 
 def _unknown_key_error(
     where: str, key: str, known: Mapping[str, Field], section: str = ""
 ) -> ConfigError:
+    from accel_launch.launch.engines import ENGINE_HINT
+
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.5)
     prefix = f"{section}." if section else ""
     hint = f" Did you mean '{prefix}{close[0]}'?" if close else ""
+    engine = (
+        f" A section of an engine is known once the engine is installed. {ENGINE_HINT}"
+        if not section and key.endswith("_config")
+        else ""
+    )
     return ConfigError(
         f"unknown key '{prefix}{key}' in {where}.{hint} Valid keys"
-        f"{' of ' + section if section else ''}: {', '.join(sorted(known))}."
+        f"{' of ' + section if section else ''}: {', '.join(sorted(known))}.{engine}"
     )
 
 
@@ -206,13 +217,17 @@ def coerce(where: str, key: str, value: object, spec: Field) -> object:
             raise _bad_value(where, key, value, "a number") from None
     if kind == "str":
         if (
-            key.endswith("fsdp_sharding_strategy")
+            key.endswith("fsdp_sharding_strategy")  # Accelerate's older files: 1 = FULL_SHARD ...
             and isinstance(value, int)
             and not isinstance(value, bool)
+            and spec.choices is not None
+            and 1 <= value <= len(spec.choices)
         ):
-            value = _FSDP1_STRATEGY_NUMBERS.get(value, value)
+            value = spec.choices[value - 1]
         if key == "gpu_ids" and isinstance(value, int) and not isinstance(value, bool):
             value = str(value)
+        if spec.scalars and isinstance(value, (bool, int, float)):
+            return value
         if not isinstance(value, str):
             raise _bad_value(where, key, value, "a string")
         if spec.choices is not None:
@@ -232,12 +247,20 @@ def coerce(where: str, key: str, value: object, spec: Field) -> object:
     return value
 
 
+def _absent_engine_section(key: object, value: object) -> bool:
+    """An empty ``*_config`` section: Accelerate writes those of engines not in use, which may
+    not be installed here."""
+    return isinstance(key, str) and key.endswith("_config") and not value
+
+
 def validate(config: object, where: str = "config file") -> dict[str, Any]:
     """Check a loaded config mapping; return a canonical copy. Raises ConfigError on any problem.
 
-    ``where`` names the file in messages. ``downcast_bf16`` also accepts Accelerate's older
-    ``'no'``/``'yes'`` strings. ``fsdp_sharding_strategy`` also accepts Accelerate's older numbers
-    (1 = FULL_SHARD ... 5 = HYBRID_SHARD_ZERO2).
+    ``where`` names the file in messages. The keys are Accelerate's, ``strategy``, and those the
+    installed engines describe (their ``distributed_type`` values and config-file sections); an
+    empty section of an engine not installed is kept as it is. ``downcast_bf16`` also accepts
+    Accelerate's older ``'no'``/``'yes'`` strings. ``fsdp_sharding_strategy`` also accepts
+    Accelerate's older numbers (1 = FULL_SHARD ... 5 = HYBRID_SHARD_ZERO2).
     """
     if config is None:
         return {}
@@ -245,27 +268,42 @@ def validate(config: object, where: str = "config file") -> dict[str, Any]:
         raise ConfigError(
             f"{where} must hold a mapping of keys to values, got {type(config).__name__}"
         )
-    unknown = [str(key) for key in config if key not in TOP_KEYS]
+    known = top_keys()
+    unknown = [
+        str(key)
+        for key, value in config.items()
+        if key not in known and not _absent_engine_section(key, value)
+    ]
     if len(unknown) == 1:
-        raise _unknown_key_error(where, unknown[0], TOP_KEYS)
+        raise _unknown_key_error(where, unknown[0], known)
     if unknown:
         hints = []
         for key in unknown:
-            close = difflib.get_close_matches(key, list(TOP_KEYS), n=1, cutoff=0.5)
+            close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.5)
             hints.append(f"'{key}'" + (f" (did you mean '{close[0]}'?)" if close else ""))
-        valid = ", ".join(sorted(TOP_KEYS))
+        valid = ", ".join(sorted(known))
         raise ConfigError(f"unknown keys in {where}: {', '.join(hints)}. Valid keys: {valid}.")
+    engine_sections = sections()
     result: dict[str, Any] = {}
     for key, value in config.items():
-        spec = TOP_KEYS[key]
-        value = coerce(where, key, value, spec)
+        if key not in known:  # an empty section of an engine not installed
+            result[key] = value
+            continue
+        try:
+            value = coerce(where, key, value, known[key])
+        except ConfigError as error:
+            if key != "distributed_type":
+                raise
+            from accel_launch.launch.engines import ENGINE_HINT
+
+            raise ConfigError(f"{error} {ENGINE_HINT}") from None
         if key in UNSUPPORTED_SECTIONS and value:
             raise ConfigError(
                 f"{where}: '{key}' is not supported by accel (out of scope); remove the section "
                 "or leave it empty."
             )
-        if key in SECTIONS and value:
-            section = SECTIONS[key]
+        if key in engine_sections and value:
+            section = engine_sections[key]
             checked = {}
             for sub_key, sub_value in value.items():
                 if sub_key not in section:

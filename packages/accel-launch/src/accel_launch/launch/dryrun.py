@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from accel_launch.launch import agent
+from accel_launch.launch import agent, engine_settings
 from accel_launch.launch.resolve import LaunchPlan, Value
 from accel_launch.launch.workerenv import torch_environment
 
@@ -36,10 +36,9 @@ def format_plan(
     ]
     if plan.strategy_config:
         lines += ["", f"strategy config: {env.get('ACCEL_STRATEGY_CONFIG')}"]
-    if plan.strategy == "deepspeed":
-        from accel_launch.launch.deepspeed_settings import deepspeed_rows, format_deepspeed_rows
-
-        lines += ["", *format_deepspeed_rows(deepspeed_rows(plan))]
+    rows = engine_settings.check(plan)
+    if rows is not None:
+        lines += ["", *engine_settings.format_rows(plan, rows)]
     lines += ["", "worker environment (set by accel launch):"]
     lines += [f"  {key}={value}" for key, value in sorted(env.items())]
     if port is not None:

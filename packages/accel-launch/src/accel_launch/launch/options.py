@@ -1,22 +1,34 @@
 """The options of ``accel launch``: one table drives the parser, the resolver and the docs.
 
-Each option names its config-file key (a path such as ``("fsdp_config", "fsdp_offload_params")``)
+Each option names its config-file key (a path such as ``("dynamo_config", "dynamo_backend")``)
 and the environment variable that may set it, so that precedence (flag > environment > config
-file > default) is resolved in one place, :mod:`accel_launch.launch.resolve`.
+file > default) is resolved in one place, :mod:`accel_launch.launch.resolve`. The table is the
+launcher's own options (:data:`BASE_OPTIONS`) and, from each installed engine's description, its
+``--use_*`` flag and its options (:func:`launch_options`).
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 from accel_launch.config import schema
+from accel_launch.launch import engines
+
+if TYPE_CHECKING:
+    from accel_core.engine_description import EngineDescription
 
 
 @dataclass(frozen=True)
 class Option:
-    """One ``accel launch`` option."""
+    """One ``accel launch`` option.
+
+    ``group`` is a key of :data:`GROUPS`, or the name of the engine whose option it is;
+    ``chooses`` names the engine a ``--use_*`` flag chooses.
+    """
 
     name: str
     group: str
@@ -27,6 +39,7 @@ class Option:
     env: str | None = None
     default: Any = None
     aliases: tuple[str, ...] = ()
+    chooses: str | None = None
 
 
 GROUPS = {
@@ -34,21 +47,15 @@ GROUPS = {
     "resources": "Resources: how many processes, threads and devices",
     "distributed": "Distributed: machines and rendezvous",
     "training": "Training: precision, compilation, checks",
-    "deepspeed": "DeepSpeed (with --use_deepspeed; passed in ACCEL_STRATEGY_CONFIG)",
-    "fsdp": "FSDP (with --use_fsdp; passed in ACCEL_STRATEGY_CONFIG)",
-    "xla": "XLA (with --use_xla)",
     "output": "Output and logs",
     "compat": "Hugging Face Accelerate compatibility",
 }
-
-
-def _section_option(group: str, name: str, help: str, kind: str = "str", **fields: Any) -> Option:
-    """An option of group ``group`` read from the same key in the ``<group>_config`` section."""
-    return Option(name, group, help, kind, config_key=(f"{group}_config", name), **fields)
+#: The groups listed before the engines' groups in ``--help``.
+_GROUPS_BEFORE_ENGINES = ("hardware", "resources", "distributed", "training")
 
 
 _O = Option
-OPTIONS: tuple[Option, ...] = (
+BASE_OPTIONS: tuple[Option, ...] = (
     _O(
         "cpu",
         "hardware",
@@ -60,18 +67,13 @@ OPTIONS: tuple[Option, ...] = (
     ),
     _O("multi_gpu", "hardware", "Several GPU processes with DDP (one per GPU by default).", "flag"),
     _O(
-        "use_deepspeed",
+        "strategy",
         "hardware",
-        "Train with DeepSpeed (needs accel-backends[deepspeed]).",
-        "flag",
-    ),
-    _O("use_fsdp", "hardware", "Train with PyTorch FSDP (needs accel-backends).", "flag"),
-    _O(
-        "use_xla",
-        "hardware",
-        "Train on XLA devices (needs accel-backends[xla]).",
-        "flag",
-        aliases=("--tpu",),
+        "Train with this strategy, by name: ddp, single_device, or an engine an installed package "
+        "describes (accel.strategies entry points); the workers get ACCEL_STRATEGY and "
+        "ACCEL_STRATEGY_CONFIG.",
+        config_key=("strategy",),
+        env="ACCEL_STRATEGY",
     ),
     _O(
         "num_processes",
@@ -219,108 +221,6 @@ OPTIONS: tuple[Option, ...] = (
         env="ACCEL_DEBUG_MODE",
         default=False,
     ),
-    _section_option("deepspeed", "deepspeed_config_file", "DeepSpeed JSON config file."),
-    _section_option("deepspeed", "zero_stage", "ZeRO stage.", "int", choices=(0, 1, 2, 3)),
-    _section_option(
-        "deepspeed",
-        "offload_optimizer_device",
-        "Where optimizer states live.",
-        choices=schema.OFFLOAD_DEVICES,
-    ),
-    _section_option(
-        "deepspeed",
-        "offload_param_device",
-        "Where parameters live (stage 3).",
-        choices=schema.OFFLOAD_DEVICES,
-    ),
-    _section_option(
-        "deepspeed", "offload_optimizer_nvme_path", "NVMe folder for optimizer offload."
-    ),
-    _section_option("deepspeed", "offload_param_nvme_path", "NVMe folder for parameter offload."),
-    _section_option(
-        "deepspeed",
-        "gradient_accumulation_steps",
-        "Steps per optimizer step (also ACCEL_GRADIENT_ACCUMULATION_STEPS).",
-        "int",
-        env="ACCEL_GRADIENT_ACCUMULATION_STEPS",
-    ),
-    _section_option("deepspeed", "gradient_clipping", "Gradient norm clipping.", "float"),
-    _section_option(
-        "deepspeed", "zero3_init_flag", "Build large models sharded (true/false).", "bool"
-    ),
-    _section_option(
-        "deepspeed",
-        "zero3_save_16bit_model",
-        "Save 16-bit weights under stage 3 (true/false).",
-        "bool",
-    ),
-    _section_option(
-        "deepspeed", "deepspeed_moe_layer_cls_names", "Comma-separated MoE layer class names."
-    ),
-    _section_option("fsdp", "fsdp_version", "FSDP API version.", "int", choices=(1, 2)),
-    _section_option(
-        "fsdp",
-        "fsdp_sharding_strategy",
-        "FSDP 1 sharding strategy.",
-        choices=schema.FSDP_SHARDING_STRATEGIES,
-    ),
-    _section_option(
-        "fsdp", "fsdp_reshard_after_forward", "FSDP 2: free parameters after forward (true/false)."
-    ),
-    _section_option(
-        "fsdp",
-        "fsdp_offload_params",
-        "Offload parameters and gradients to CPU (true/false).",
-        "bool",
-    ),
-    _section_option(
-        "fsdp", "fsdp_min_num_params", "Minimum parameters per unit (SIZE_BASED_WRAP).", "int"
-    ),
-    _section_option(
-        "fsdp",
-        "fsdp_auto_wrap_policy",
-        "How modules are wrapped.",
-        choices=schema.FSDP_AUTO_WRAP_POLICIES,
-    ),
-    _section_option(
-        "fsdp", "fsdp_transformer_layer_cls_to_wrap", "Comma-separated layer class names to wrap."
-    ),
-    _section_option(
-        "fsdp",
-        "fsdp_backward_prefetch",
-        "Backward prefetch.",
-        choices=schema.FSDP_BACKWARD_PREFETCH,
-    ),
-    _section_option(
-        "fsdp", "fsdp_state_dict_type", "Checkpoint layout.", choices=schema.FSDP_STATE_DICT_TYPES
-    ),
-    _section_option("fsdp", "fsdp_forward_prefetch", "Forward prefetch (true/false).", "bool"),
-    _section_option(
-        "fsdp", "fsdp_use_orig_params", "Keep original parameters (true/false).", "bool"
-    ),
-    _section_option(
-        "fsdp",
-        "fsdp_cpu_ram_efficient_loading",
-        "Load weights on rank 0 only (true/false).",
-        "bool",
-    ),
-    _section_option(
-        "fsdp",
-        "fsdp_sync_module_states",
-        "Broadcast rank 0's weights at wrap (true/false).",
-        "bool",
-    ),
-    _section_option(
-        "fsdp", "fsdp_activation_checkpointing", "Activation checkpointing (true/false).", "bool"
-    ),
-    _O(
-        "downcast_bf16",
-        "xla",
-        "Store float64 tensors as bfloat16 too under bf16.",
-        "flag",
-        config_key=("downcast_bf16",),
-        default=False,
-    ),
     _O(
         "hang_report_after",
         "output",
@@ -346,7 +246,75 @@ OPTIONS: tuple[Option, ...] = (
     ),
 )
 
-BY_NAME = {option.name: option for option in OPTIONS}
+
+def engine_options(described: Mapping[str, EngineDescription]) -> tuple[Option, ...]:
+    """Each engine's ``--use_*`` flag and launch options, as its description gives them.
+
+    An option is read from the key of the same name in the engine's config-file section (at the
+    top level for an engine without a section). A name two engines share is one option (the
+    first engine's); each engine still reads it into its own ``ACCEL_STRATEGY_CONFIG``.
+    """
+    taken = {option.name for option in BASE_OPTIONS}
+    found: list[Option] = []
+    for description in described.values():
+        if description.launch_flag and description.launch_flag not in taken:
+            taken.add(description.launch_flag)
+            found.append(
+                Option(
+                    description.launch_flag,
+                    "hardware",
+                    f"Train with {description.title} (same as --strategy {description.name}).",
+                    "flag",
+                    aliases=tuple(description.launch_flag_aliases),
+                    chooses=description.name,
+                )
+            )
+    for description in described.values():
+        section = (description.config_section,) if description.config_section else ()
+        for launch_option in description.launch_options:
+            if launch_option.name in taken:
+                continue
+            taken.add(launch_option.name)
+            found.append(
+                Option(
+                    launch_option.name,
+                    description.name,
+                    launch_option.help,
+                    launch_option.kind,
+                    choices=launch_option.choices,
+                    config_key=(*section, launch_option.section_key),
+                    env=launch_option.env,
+                    default=launch_option.default,
+                    aliases=tuple(launch_option.aliases),
+                )
+            )
+    return tuple(found)
+
+
+@cache
+def launch_options() -> tuple[Option, ...]:
+    """Every option of ``accel launch`` here: the launcher's, the engines' ``--use_*`` flags with
+    the hardware options, the engines' own options after the launcher's."""
+    from_engines = engine_options(engines.installed())
+    flags = tuple(option for option in from_engines if option.chooses)
+    hardware = tuple(option for option in BASE_OPTIONS if option.group == "hardware")
+    rest = tuple(option for option in BASE_OPTIONS if option.group != "hardware")
+    return hardware + flags + rest + tuple(o for o in from_engines if not o.chooses)
+
+
+def _group_titles() -> dict[str, str]:
+    titles = {key: GROUPS[key] for key in _GROUPS_BEFORE_ENGINES}
+    for description in engines.installed().values():
+        if not description.launch_options:
+            continue
+        chosen_by = f"--strategy {description.name}"
+        if description.launch_flag:
+            chosen_by = f"--{description.launch_flag} or {chosen_by}"
+        titles[description.name] = (
+            f"{description.title} (with {chosen_by}; passed in ACCEL_STRATEGY_CONFIG)"
+        )
+    titles.update({key: title for key, title in GROUPS.items() if key not in titles})
+    return titles
 
 
 def parse_bool(text: str) -> bool:
@@ -371,8 +339,8 @@ def _flag_names(option: Option) -> list[str]:
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     """Add every launch option to ``parser``, in its group; unset options parse to ``None``."""
-    groups = {key: parser.add_argument_group(title) for key, title in GROUPS.items()}
-    for option in OPTIONS:
+    groups = {key: parser.add_argument_group(title) for key, title in _group_titles().items()}
+    for option in launch_options():
         group = groups[option.group]
         names = _flag_names(option)
         extra = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from accel_launch.config import schema
+from accel_launch.launch.engines import distributed_types
 
 #: Distributed types whose processes get ``LOCAL_RANK`` and ``RANK`` from their index.
 MULTI_PROCESS_TYPES = frozenset(
@@ -26,7 +26,9 @@ MULTI_PROCESS_TYPES = frozenset(
         "MULTI_NEURON",
     }
 )
-_KNOWN_TYPES = frozenset(schema.DISTRIBUTED_TYPES) | MULTI_PROCESS_TYPES | {"MEGATRON_LM"}
+#: Accelerate's other distributed types a notebook launch may name; the installed engines add
+#: theirs.
+_OTHER_TYPES = frozenset({"NO", "MEGATRON_LM"})
 
 
 class PrepareForLaunch:
@@ -46,10 +48,11 @@ class PrepareForLaunch:
         self, launcher: Callable[..., object], distributed_type: str = "NO", debug: bool = False
     ) -> None:
         kind = str(getattr(distributed_type, "value", distributed_type))
-        if kind not in _KNOWN_TYPES:
+        known = MULTI_PROCESS_TYPES | _OTHER_TYPES | set(distributed_types())
+        if kind not in known:
             raise ValueError(
                 f"{distributed_type!r} is not a distributed type; expected one of "
-                f"{', '.join(sorted(_KNOWN_TYPES))}"
+                f"{', '.join(sorted(known))}"
             )
         self.launcher = launcher
         self.distributed_type = kind

@@ -12,18 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accel_launch.errors import AccelLaunchError
-from accel_launch.launch.options import OPTIONS, parse_bool
+from accel_launch.launch import engines
+from accel_launch.launch.options import launch_options, parse_bool
 from accel_launch.launch.slurm import slurm_layout
-
-STRATEGY_OF_TYPE = {
-    "NO": None,
-    "MULTI_CPU": "ddp",
-    "MULTI_GPU": "ddp",
-    "DEEPSPEED": "deepspeed",
-    "FSDP": "fsdp",
-    "XLA": "xla",
-}
-_STRATEGY_SECTION = {"DEEPSPEED": "deepspeed", "FSDP": "fsdp", "XLA": "xla"}
 
 
 @dataclass(frozen=True)
@@ -53,7 +44,8 @@ class LaunchPlan:
 
     @property
     def strategy(self) -> str | None:
-        return STRATEGY_OF_TYPE[self.distributed_type.value]
+        """The strategy the workers run (``ACCEL_STRATEGY``); ``None`` for one plain process."""
+        return self.values["strategy"].value
 
 
 def _get_path(config: Mapping[str, Any], path: tuple[str, ...]) -> Any:
@@ -97,7 +89,7 @@ def _resolve_values(
 ) -> dict[str, Value]:
     slurm = slurm_layout(environ)
     values: dict[str, Value] = {}
-    for option in OPTIONS:
+    for option in launch_options():
         given = getattr(flags, option.name, None)
         if given is not None:
             values[option.name] = Value(given, "flag")
@@ -120,17 +112,65 @@ def _resolve_values(
     return values
 
 
-def _distributed_type(values: dict[str, Value], config: Mapping[str, Any], where: str) -> Value:
-    for flag, kind in (
-        ("use_deepspeed", "DEEPSPEED"),
-        ("use_fsdp", "FSDP"),
-        ("use_xla", "XLA"),
-        ("multi_gpu", "MULTI_GPU"),
-    ):
-        if values[flag].value:
-            return Value(kind, values[flag].source)
-    if config.get("distributed_type"):
-        return Value(config["distributed_type"], f"config file {where}")
+def _chosen_strategy(values: dict[str, Value], config: Mapping[str, Any], where: str) -> Value:
+    """The strategy named by ``--strategy``, a ``--use_*`` flag or ``--multi_gpu``, by
+    ``ACCEL_STRATEGY``, or by the config file's ``strategy`` or ``distributed_type``;
+    ``Value(None, ...)`` when none is (one process, or the process count decides)."""
+    named = values["strategy"]
+    if named.value is not None:
+        named = Value(engines.canonical_strategy(str(named.value), named.source), named.source)
+    used = [
+        (option.name, option.chooses)
+        for option in launch_options()
+        if option.chooses and values[option.name].value
+    ]
+    if named.source == "flag":
+        for flag, name in used:
+            if name != named.value:
+                raise AccelLaunchError(
+                    f"--strategy {named.value} and --{flag} (strategy {name}) choose different "
+                    "strategies; pass one of them"
+                )
+        return named
+    if used:  # a flag outranks the environment and the config file
+        return Value(used[0][1], "flag")
+    if values["multi_gpu"].value:
+        return Value("ddp", values["multi_gpu"].source)
+    kind = config.get("distributed_type")
+    of_kind = engines.strategy_of_type().get(str(kind)) if kind else None
+    if named.value is not None:
+        from_file = named.source.startswith("config file")
+        if from_file and of_kind not in (None, named.value) and kind not in engines.BUILT_IN_TYPES:
+            raise AccelLaunchError(
+                f"config file {where}: strategy {named.value!r} and distributed_type {kind} "
+                f"(strategy {of_kind}) choose different strategies; keep one of them"
+            )
+        return named
+    if kind:
+        return Value(of_kind, f"config file {where}")
+    return Value(None, "default")
+
+
+def _distributed_type(
+    strategy: Value, values: dict[str, Value], config: Mapping[str, Any], where: str
+) -> Value:
+    """The distributed type of ``strategy``, before the process count and ``--cpu`` apply."""
+    kind = config.get("distributed_type")
+    from_file = Value(kind, f"config file {where}")
+    if strategy.value is None or strategy.value in engines.BUILT_IN_STRATEGIES:
+        if values["multi_gpu"].value:
+            return Value("MULTI_GPU", values["multi_gpu"].source)
+        if kind in engines.BUILT_IN_TYPES and engines.BUILT_IN_TYPES[kind] == strategy.value:
+            return from_file
+        if strategy.value == "ddp":
+            no_gpu = values["cpu"].value or _visible_gpus(values["gpu_ids"].value) == 0
+            return Value("MULTI_CPU" if no_gpu else "MULTI_GPU", strategy.source)
+        return Value("NO", strategy.source)
+    described = engines.engine(strategy.value)
+    if described is not None and described.distributed_type:
+        return Value(described.distributed_type, strategy.source)
+    if kind in engines.BUILT_IN_TYPES:
+        return from_file
     return Value("NO", "default")
 
 
@@ -151,7 +191,8 @@ def resolve(
     """Decide every launch value and its source; raise AccelLaunchError for inconsistent ones."""
     where = config_file or "(none)"
     values = _resolve_values(flags, environ, config, where)
-    kind = _distributed_type(values, config, where)
+    strategy = _chosen_strategy(values, config, where)
+    kind = _distributed_type(strategy, values, config, where)
     machines = int(values["num_machines"].value)
     if machines < 1:
         raise AccelLaunchError(f"--num_machines must be >= 1, got {machines}")
@@ -191,19 +232,28 @@ def resolve(
         kind = Value(multi, values["num_processes"].source)
     if kind.value == "MULTI_CPU" and not use_cpu:
         values["cpu"] = Value(True, f"distributed type {kind.value}")
+    if strategy.value is None and kind.value in engines.BUILT_IN_TYPES:
+        strategy = Value(engines.BUILT_IN_TYPES[kind.value], kind.source)
+    if strategy.value == "single_device" and total > 1:
+        raise AccelLaunchError(
+            f"strategy single_device ({strategy.source}) runs one process, but --num_processes is "
+            f"{total} ({values['num_processes'].source}); use --strategy ddp, or one process"
+        )
+    values["strategy"] = strategy
     plan = LaunchPlan(values, kind, total // machines, config_file=config_file)
     plan.strategy_config = _strategy_config(plan, config)
     return plan
 
 
 def _strategy_config(plan: LaunchPlan, config: Mapping[str, Any]) -> dict[str, Any]:
-    group = _STRATEGY_SECTION.get(plan.distributed_type.value)
-    if group is None:
+    """The chosen engine's config-file section merged with its launch options (these win)."""
+    described = engines.engine(plan.strategy)
+    if described is None:
         return {}
-    section = {"deepspeed": "deepspeed_config", "fsdp": "fsdp_config"}.get(group)
+    section = described.config_section
     result: dict[str, Any] = dict(config.get(section) or {}) if section else {}
-    for option in OPTIONS:
-        if option.group == group and plan.values[option.name].value is not None:
-            key = option.config_key[-1] if option.config_key else option.name
-            result[key] = plan.values[option.name].value
+    for launch_option in described.launch_options:
+        value = plan.values[launch_option.name].value
+        if value is not None:
+            result[launch_option.section_key] = value
     return result

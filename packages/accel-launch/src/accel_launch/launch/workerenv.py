@@ -10,7 +10,9 @@ import json
 
 from accel_launch import accelerate_alias
 from accel_launch.errors import AccelLaunchError
-from accel_launch.launch.deepspeed_settings import sources_variable
+from accel_launch.launch import engines
+from accel_launch.launch.engine_settings import sources_variable
+from accel_launch.launch.options import launch_options
 from accel_launch.launch.ports import free_port, is_port_in_use
 from accel_launch.launch.resolve import LaunchPlan, Value
 
@@ -38,8 +40,11 @@ def accel_environment(plan: LaunchPlan) -> dict[str, str]:
         env["ACCEL_STRATEGY"] = plan.strategy
         env["ACCEL_STRATEGY_CONFIG"] = json.dumps(plan.strategy_config, sort_keys=True)
         env.update(sources_variable(plan))
-    if plan["gradient_accumulation_steps"] is not None:
-        env["ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan["gradient_accumulation_steps"])
+    for option in launch_options():
+        # an engine's option with a variable reaches every launch's workers when set
+        value = plan.values[option.name].value
+        if option.group in engines.installed() and option.env and value is not None:
+            env[option.env] = str(value)
     threads = plan["num_cpu_threads_per_process"]
     if threads is None and plan.nproc_per_node > 1:
         threads = 1
