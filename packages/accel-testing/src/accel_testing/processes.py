@@ -14,13 +14,15 @@ the exit code Python would give but without interpreter finalization (see
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+# accel-launch's probe (127.0.0.1 by default), re-exported as accel_testing.free_port
+from accel_launch.launch.ports import free_port
 
 # Workers end through accel-launch's bootstrap (accel_launch.launch.finish), as under `accel
 # launch`: the exit code Python would give, without the interpreter finalization that can abort a
@@ -53,13 +55,6 @@ class WorkersFailed(AssertionError):
     def __init__(self, message: str, results: list[WorkerResult]) -> None:
         super().__init__(message)
         self.results = results
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _tail(text: str, lines: int = 30) -> str:
