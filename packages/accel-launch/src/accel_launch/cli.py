@@ -26,8 +26,13 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The whole ``accel`` argument parser (also used to generate docs/reference/cli.md)."""
+def build_parser(*, engines: bool = True) -> argparse.ArgumentParser:
+    """The whole ``accel`` argument parser (also used to generate docs/reference/cli.md).
+
+    ``engines=False`` registers ``launch`` by its help line alone: its options include the
+    installed engines', whose descriptions take an entry-point scan to read, which a command
+    other than ``launch`` (or ``accel --help``) does not need.
+    """
     parser = argparse.ArgumentParser(
         prog="accel",
         description="Configure and launch PyTorch distributed training (accel-launch).",
@@ -35,16 +40,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"accel-launch {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="<command>")
-    for module_name in COMMANDS.values():
+    for name, module_name in COMMANDS.items():
         module = importlib.import_module(f"accel_launch.commands.{module_name}")
+        if name == "launch" and not engines:
+            commands.add_parser(name, help=module.HELP)
+            continue
         module.add_parser(commands)
     return parser
 
 
+def _command(argv: Sequence[str]) -> str | None:
+    """The command ``argv`` names (its first word that is not an option), if any."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``accel`` console script; returns the exit code."""
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(engines=_command(words) == "launch")
+    args = parser.parse_args(words)
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 1

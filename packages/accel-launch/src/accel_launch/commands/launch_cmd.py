@@ -47,11 +47,13 @@ def add_common(parser: argparse.ArgumentParser) -> None:
     )
 
 
+#: The one-line help of ``accel launch`` in ``accel --help``.
+HELP = "Launch a training script."
+
+
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel launch``."""
-    parser = commands.add_parser(
-        "launch", help="Launch a training script.", description=DESCRIPTION
-    )
+    parser = commands.add_parser("launch", help=HELP, description=DESCRIPTION)
     _add_arguments(parser)
     parser.set_defaults(run=run)
     return parser
