@@ -133,6 +133,23 @@ def test_without_engines_only_the_built_in_strategies_exist(only_built_in, tmp_p
         schema.validate({"fsdp_config": {"fsdp_version": 2}}, "c.yaml")
 
 
+def test_without_engines_a_use_flag_says_where_engines_come_from(
+    only_built_in, capsys: pytest.CaptureFixture[str]
+):
+    from accel_launch import cli
+
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["launch", "--use_deepspeed", "--dry-run", "script.py", "--use_fsdp"])
+    assert stopped.value.code == 2
+    message = capsys.readouterr().err.strip().splitlines()[-1]
+    # only the launcher's own unknown flag: the script's arguments are the script's
+    assert message.startswith("accel: error: unrecognized arguments: --use_deepspeed (no ")
+    assert "no installed engine has --use_deepspeed; installed strategies: single_device, ddp)" in (
+        message
+    )
+    assert "`pip install accel-backends`" in message and "--use_fsdp" not in message
+
+
 def test_a_use_flag_outranks_the_environment_and_the_file():
     described = [o for o in options.launch_options() if o.chooses]
     if not described:

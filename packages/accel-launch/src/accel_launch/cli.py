@@ -54,11 +54,29 @@ def _command(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+def _unrecognized(command: str | None, unknown: list[str]) -> str:
+    """argparse's message for ``unknown`` arguments; for an engine's ``--use_*`` flag, also that
+    no installed engine has it and where engines come from."""
+    message = f"unrecognized arguments: {' '.join(unknown)}"
+    engine_flags = [word for word in unknown if word.startswith(("--use_", "--use-", "--tpu"))]
+    if command != "launch" or not engine_flags:
+        return message
+    from accel_launch.launch import engines
+
+    return (
+        f"{message} (no installed engine has {', '.join(engine_flags)}; installed strategies: "
+        f"{', '.join(engines.strategy_names())}). {engines.ENGINE_HINT}"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``accel`` console script; returns the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser(engines=_command(words) == "launch")
-    args = parser.parse_args(words)
+    command = _command(words)
+    parser = build_parser(engines=command == "launch")
+    args, unknown = parser.parse_known_args(words)
+    if unknown:
+        parser.error(_unrecognized(command, unknown))
     if getattr(args, "run", None) is None:
         parser.print_help()
         return 1
