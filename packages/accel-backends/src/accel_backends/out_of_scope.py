@@ -199,7 +199,30 @@ def _build_refused() -> dict[str, object]:
     return built
 
 
-globals().update(_build_refused())
+# Bound by name (not through globals()) so that readers of the source, the docs' among them,
+# see every name the table makes.
+_BUILT = _build_refused()
+AbstractTrainStep = _BUILT["AbstractTrainStep"]
+BertTrainStep = _BUILT["BertTrainStep"]
+GPTTrainStep = _BUILT["GPTTrainStep"]
+T5TrainStep = _BUILT["T5TrainStep"]
+MegatronEngine = _BUILT["MegatronEngine"]
+MegatronLMOptimizerWrapper = _BUILT["MegatronLMOptimizerWrapper"]
+MegatronLMSchedulerWrapper = _BUILT["MegatronLMSchedulerWrapper"]
+model_provider_func = _BUILT["model_provider_func"]
+prepare_model_optimizer_scheduler = _BUILT["prepare_model_optimizer_scheduler"]
+prepare_data_loader = _BUILT["prepare_data_loader"]
+prepare_optimizer = _BUILT["prepare_optimizer"]
+prepare_scheduler = _BUILT["prepare_scheduler"]
+finish_mpu_init = _BUILT["finish_mpu_init"]
+initialize = _BUILT["initialize"]
+avg_losses_across_data_parallel_group = _BUILT["avg_losses_across_data_parallel_group"]
+gather_across_data_parallel_groups = _BUILT["gather_across_data_parallel_groups"]
+parse_bert_config = _BUILT["parse_bert_config"]
+parse_gpt2_config = _BUILT["parse_gpt2_config"]
+parse_t5_config = _BUILT["parse_t5_config"]
+parse_llama_config = _BUILT["parse_llama_config"]
+parse_glm4_moe_config = _BUILT["parse_glm4_moe_config"]
 
 
 class MegatronLMDummyDataLoader:
