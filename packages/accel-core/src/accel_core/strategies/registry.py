@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib.metadata
 import warnings
 from collections.abc import Callable
+from functools import cache
 from typing import Any, cast
 
 from accel_core.built_in_engines import BUILT_IN, PROVIDED_ELSEWHERE
@@ -52,7 +53,10 @@ def register_strategy(name: str, factory: Callable[..., Strategy]) -> None:
     _registered[name.lower()] = factory
 
 
+@cache
 def _entry_points() -> dict[str, importlib.metadata.EntryPoint]:
+    """The group's entry points by name, read once per process (each read scans every installed
+    distribution)."""
     return {ep.name.lower(): ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
