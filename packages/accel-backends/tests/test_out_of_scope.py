@@ -125,8 +125,11 @@ def test_parallelism_configs_build_with_accelerates_defaults(monkeypatch: pytest
     assert TorchTensorParallelPlugin().tp_size == 1
     assert TorchTensorParallelPlugin().torch_device_mesh is None
     assert TorchTensorParallelConfig().enable_async_tp is False
+    assert TorchTensorParallelConfig().parallelize_fn is None
     with pytest.warns(UserWarning, match="Async tensor parallelism"):
         TorchTensorParallelConfig(enable_async_tp=True)
+    with pytest.raises(TypeError, match="parallelize_fn must be a callable"):
+        TorchTensorParallelConfig(parallelize_fn="plan")
     assert TorchContextParallelConfig().cp_comm_strategy == "allgather"
     monkeypatch.setenv("PARALLELISM_CONFIG_CP_COMM_STRATEGY", "alltoall")
     assert TorchContextParallelConfig().cp_comm_strategy == "alltoall"
@@ -141,8 +144,8 @@ def test_parallelism_configs_build_with_accelerates_defaults(monkeypatch: pytest
     assert DeepSpeedSequenceParallelConfig(
         sp_attn_implementation="kernels-community/flash-attn2"
     ).sp_attn_implementation == ("kernels-community/flash-attn2")
-    error = TorchTensorParallelPlugin(tp_size=2).unsupported_error()
-    assert isinstance(error, OutOfScopeError) and "Tensor parallelism" in str(error)
+    error = TorchContextParallelConfig().unsupported_error()
+    assert isinstance(error, OutOfScopeError) and "Context parallelism" in str(error)
 
 
 def test_install_xla_installs_nothing():

@@ -54,7 +54,7 @@ def test_defaults():
         ({"cp_backend": "x"}, "cp_backend must be one of"),
         ({"sp_backend": "x"}, "sp_backend must be one of"),
         ({"cp_size": 2, "sp_size": 2}, "mutually exclusive"),
-        ({"dp_replicate_size": 2, "tp_size": 2}, "cannot be used with pure data parallelism"),
+        ({"dp_replicate_size": 2, "cp_size": 2}, "cannot be used with pure data parallelism"),
         ({"cp_size": 2, "cp_handler": TorchTensorParallelConfig()}, "requires"),
     ],
 )
@@ -67,9 +67,41 @@ def test_tensor_and_context_parallel_configs_are_built_as_in_accelerate():
     config = ParallelismConfig(dp_shard_size=2, tp_size=2)
     assert config.total_size == 4 and config.non_dp_dim_names == ["tp"]
     assert isinstance(config.tp_handler, TorchTensorParallelConfig)
+    # accel also takes copies of a tensor-parallel model (Accelerate refuses this one)
+    copies = ParallelismConfig(dp_replicate_size=2, tp_size=2)
+    assert (copies.total_size, copies.dp_dim_names, copies.fsdp_dim_names) == (
+        4,
+        ["dp_replicate"],
+        ["dp_replicate", "dp_shard_cp"],
+    )
+    plan = TorchTensorParallelConfig(parallelize_fn=print)
+    assert ParallelismConfig(tp_size=2, tp_handler=plan).to_json()["tp_handler"] == {
+        "enable_async_tp": False,
+        "parallelize_fn": "print",
+    }
     context = ParallelismConfig(cp_size=2)
     assert isinstance(context.cp_handler, TorchContextParallelConfig)
     assert context.dp_shard_cp_dim_names == ["cp"]
+
+
+def test_the_accelerator_builds_one_from_the_launch_or_a_torch_tp_plugin(monkeypatch):
+    from accel_backends import TorchTensorParallelPlugin
+    from accel_core import Accelerator
+    from accel_core.state import AcceleratorState
+
+    monkeypatch.setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true")  # accel launch sets these
+    monkeypatch.setenv("PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "1")
+    try:
+        config = Accelerator(cpu=True).parallelism_config
+        assert isinstance(config, ParallelismConfig) and config.total_size == 1
+        AcceleratorState._reset_state()
+        monkeypatch.delenv("ACCELERATE_USE_PARALLELISM_CONFIG")
+        with pytest.warns(FutureWarning, match="Please use the `ParallelismConfig` with `tp_size`"):
+            accelerator = Accelerator(cpu=True, torch_tp_plugin=TorchTensorParallelPlugin())
+        assert isinstance(accelerator.parallelism_config, ParallelismConfig)
+        assert accelerator.parallelism_config.tp_size == 1
+    finally:
+        AcceleratorState._reset_state()
 
 
 def test_get_device_mesh_needs_a_device_type():

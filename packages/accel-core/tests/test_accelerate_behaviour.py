@@ -215,7 +215,6 @@ def test_two_deepspeed_spellings_or_two_engines_are_refused():
     ("kwargs", "feature"),
     [
         ({"megatron_lm_plugin": _Plugin()}, "Megatron-LM (megatron_lm_plugin)"),
-        ({"torch_tp_plugin": _Plugin()}, "Tensor parallelism (torch_tp_plugin)"),
         ({"mixed_precision": "fp8"}, 'FP8 training (mixed_precision="fp8")'),
     ],
 )
@@ -224,6 +223,22 @@ def test_out_of_scope_keywords_name_the_feature(kwargs, feature):
         Accelerator(**kwargs)
     assert str(error.value).startswith(feature)
     assert isinstance(error.value, NotImplementedError)
+    assert not AcceleratorState._shared_state
+
+
+def test_a_parallelism_config_asked_for_comes_from_an_installed_engine(monkeypatch):
+    # Accelerate reads torch_tp_plugin as ParallelismConfig(tp_size=...), and builds one when
+    # the launch says so; the class is accel-backends': without an engine providing it, say so
+    from accel_core import engine_description
+
+    monkeypatch.setattr(engine_description, "installed_engines", dict)
+    deprecated = pytest.warns(FutureWarning, match="TorchTensorParallelPlugin` is deprecated")
+    with deprecated, pytest.raises(ImportError, match="pip install accel-backends"):
+        Accelerator(torch_tp_plugin=_Plugin())
+    assert not AcceleratorState._shared_state
+    monkeypatch.setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true")
+    with pytest.raises(ImportError, match="ACCELERATE_USE_PARALLELISM_CONFIG=true asks for"):
+        Accelerator()
     assert not AcceleratorState._shared_state
 
 

@@ -60,17 +60,22 @@ def _check_parallelism(results: dict) -> None:
         "dp_replicate_size": ones.dp_replicate_size,
     }
     AcceleratorState._reset_state()
-    # Tensor parallelism: the Accelerator is built (this config object cannot build a mesh: the
-    # real ParallelismConfig of accel-backends does), prepare() refuses before preparing.
+    # Context parallelism: no strategy trains on it, so the default (ddp) is chosen and the
+    # Accelerator is built (this config object cannot build a mesh: the real ParallelismConfig
+    # of accel-backends does); prepare() refuses before preparing, saying why.
     from accel_core.out_of_scope import OutOfScopeError
 
-    accelerator = Accelerator(parallelism_config=_ParallelismConfig(tp_size=2))
+    accelerator = Accelerator(parallelism_config=_ParallelismConfig(cp_size=2))
     try:
         accelerator.prepare(torch.nn.Linear(2, 2))
         refused = None
     except OutOfScopeError as error:
         refused = str(error)
-    results["tensor_parallel"] = {"refused": refused, "models": len(accelerator._models)}
+    results["context_parallel"] = {
+        "strategy": accelerator.strategy.name,
+        "refused": refused,
+        "models": len(accelerator._models),
+    }
     AcceleratorState._reset_state()
 
 
@@ -143,7 +148,7 @@ def run(tmp_path_factory):
     return results
 
 
-def test_parallelism_config_builds_the_mesh_and_prepare_refuses_tensor_parallelism(run):
+def test_parallelism_config_builds_the_mesh_and_prepare_refuses_context_parallelism(run):
     for rank, result in enumerate(run):
         assert result["parallelism"] == {
             "strategy": "ddp",
@@ -157,10 +162,12 @@ def test_parallelism_config_builds_the_mesh_and_prepare_refuses_tensor_paralleli
             "should_save_model": True,
         }
         assert result["parallelism_of_one"] == {"mesh": True, "dp_replicate_size": 1}
-        refusal = result["tensor_parallel"]
-        assert refusal["models"] == 0
+        refusal = result["context_parallel"]
+        assert (refusal["strategy"], refusal["models"]) == ("ddp", 0)
         assert refusal["refused"].startswith(
-            "Tensor parallelism (ParallelismConfig(tp_size=2)) is out of scope in accel"
+            "Context parallelism (ParallelismConfig(cp_size=2)) is not run by strategy 'ddp': "
+            "context parallelism is not run by accel: torch's context-parallel attention has no "
+            "CPU kernel"
         )
         assert "prepare() does not train on this dimension" in refusal["refused"]
 

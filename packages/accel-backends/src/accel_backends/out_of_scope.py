@@ -10,8 +10,8 @@ and the parsers are registered in :data:`MODEL_CONFIGS_TO_MEGATRON_PARSERS` as i
 What a script or config file builds itself is built for real, with Accelerate 1.15's fields,
 defaults and variables, so ported code loads: :class:`MegatronLMPlugin` (its
 ``megatron_lm_default_args`` included), the stand-ins :class:`MegatronLMDummyDataLoader` and
-:class:`MegatronLMDummyScheduler`, and the tensor, context and sequence parallel configurations
-(:class:`TorchTensorParallelPlugin`, ...). What would run them -- passing one to ``Accelerator``,
+:class:`MegatronLMDummyScheduler`, and the context and sequence parallel configurations
+(:class:`TorchContextParallelConfig`, ...). What would run them -- passing one to ``Accelerator``,
 a size above 1 in :class:`~accel_backends.parallelism_config.ParallelismConfig`, a ``set_*``
 method -- raises ``OutOfScopeError``.
 """
@@ -20,18 +20,14 @@ from __future__ import annotations
 
 import functools
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar, NoReturn, TypeVar
+from typing import ClassVar, NoReturn, TypeVar
 
 import torch
 
 from accel_core.out_of_scope import OutOfScopeError, out_of_scope
 from accel_ops import str_to_bool
-
-if TYPE_CHECKING:
-    from torch.distributed.device_mesh import DeviceMesh
 
 
 @dataclass(frozen=True)
@@ -43,8 +39,8 @@ class Feature:
 
 
 _PARALLEL_INSTEAD = (
-    "shard the model with data parallelism instead (dp_shard_size / the FSDP plugin), or "
-    "run tensor/context parallel code with torch.distributed directly"
+    "shard the model with data parallelism (dp_shard_size) or split its layers with tensor "
+    "parallelism (tp_size), both under the fsdp strategy"
 )
 
 #: Every out-of-scope feature of accel-backends, by key.
@@ -54,7 +50,6 @@ FEATURES: dict[str, Feature] = {
         "shard large models with the FSDP or DeepSpeed strategies of accel-backends, or train "
         "with Megatron-LM's own launcher",
     ),
-    "tensor_parallelism": Feature("Tensor parallelism", _PARALLEL_INSTEAD),
     "context_parallelism": Feature("Context parallelism", _PARALLEL_INSTEAD),
     "sequence_parallelism": Feature("DeepSpeed sequence parallelism", _PARALLEL_INSTEAD),
 }
@@ -476,30 +471,6 @@ class OutOfScopeParallelism:
     def unsupported_error(self) -> OutOfScopeError:
         """The error for using this configuration."""
         return refusal(self.feature, type(self).__name__)
-
-
-@dataclass
-class TorchTensorParallelPlugin(OutOfScopeParallelism):
-    """Tensor parallelism with torch's DTensor (out of scope in accel)."""
-
-    feature: ClassVar[str] = "tensor_parallelism"
-    tp_size: int = 1
-    torch_device_mesh: DeviceMesh | None = None
-
-
-@dataclass
-class TorchTensorParallelConfig(OutOfScopeParallelism):
-    """Tensor-parallel options of ``ParallelismConfig`` (out of scope in accel)."""
-
-    feature: ClassVar[str] = "tensor_parallelism"
-    enable_async_tp: bool = False
-
-    def __post_init__(self) -> None:
-        if self.enable_async_tp:
-            warnings.warn(
-                "Async tensor parallelism is currently not supported, ignoring this option.",
-                stacklevel=3,
-            )
 
 
 @dataclass

@@ -1,17 +1,21 @@
-"""``ParallelismConfig``: how the processes of a run split into data-parallel mesh dimensions.
+"""``ParallelismConfig``: how the processes of a run split into the dimensions of a device mesh.
 
 Accelerate 1.15's fields, defaults (``PARALLELISM_CONFIG_*`` variables) and properties. accel
-runs the data-parallel dimensions: ``dp_replicate`` (copies, DDP-style) and ``dp_shard`` (FSDP
-sharding; both > 1 is HSDP). :meth:`ParallelismConfig.build_device_mesh` builds them with
+trains over ``dp_replicate`` (copies), ``dp_shard`` (FSDP sharding; both > 1 is HSDP) and ``tp``
+(tensor parallelism, under the ``fsdp`` strategy: :mod:`accel_backends.fsdp.tensor_parallel`).
+:meth:`ParallelismConfig.build_device_mesh` builds the mesh with
 ``torch.distributed.device_mesh.init_device_mesh`` on the current process group (any backend,
-gloo included), their tensor, context and sequence dimensions too (``tp_size``, ``cp_size``,
-``sp_size`` > 1), as Accelerate builds them; training on those is out of scope (the Accelerator
-is built with its mesh, and ``prepare`` refuses them with ``OutOfScopeError``).
+gloo included), context and sequence dimensions too (``cp_size``, ``sp_size`` > 1), as
+Accelerate builds them; training on those is refused by ``prepare`` (``OutOfScopeError``).
+
+Unlike Accelerate, ``dp_replicate_size > 1`` with ``tp_size > 1`` and ``dp_shard_size`` 1 is
+accepted: each tensor-parallel model is copied over ``dp_replicate``.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -19,8 +23,8 @@ from accel_backends.out_of_scope import (
     DeepSpeedSequenceParallelConfig,
     OutOfScopeParallelism,
     TorchContextParallelConfig,
-    TorchTensorParallelConfig,
 )
+from accel_backends.tensor_parallel_config import TorchTensorParallelConfig
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
@@ -45,8 +49,9 @@ class ParallelismConfig:
         dp_replicate_size: data-parallel replicas (default 1, or
             ``PARALLELISM_CONFIG_DP_REPLICATE_SIZE``).
         dp_shard_size: processes each model is sharded over (FSDP; default 1).
-        tp_size, cp_size, sp_size: tensor, context and sequence parallel sizes (the mesh is
-            built with them; ``prepare`` refuses to train on them).
+        tp_size: processes each layer is split over (tensor parallelism; default 1).
+        cp_size, sp_size: context and sequence parallel sizes (the mesh is built with them;
+            ``prepare`` refuses to train on them).
         cp_backend: ``torch``; sp_backend: ``deepspeed``.
         tp_handler, cp_handler, sp_handler: their options (built when the size is > 1).
 
@@ -102,10 +107,10 @@ class ParallelismConfig:
                 "cp_size=1 or sp_size=1."
             )
         pure_data_parallel = self.dp_replicate_size > 1 and self.dp_shard_size == 1
-        if (self.tp_size > 1 or self.cp_size > 1) and pure_data_parallel:
+        if self.cp_size > 1 and pure_data_parallel:
             raise ValueError(
-                "Tensor/Context parallelism (tp/cp_size > 1) cannot be used with pure data "
-                "parallelism (dp_replicate_size > 1 and dp_shard_size == 1)."
+                "Context parallelism (cp_size > 1) cannot be used with pure data parallelism "
+                "(dp_replicate_size > 1 and dp_shard_size == 1)."
             )
 
     @property
@@ -194,35 +199,39 @@ class ParallelismConfig:
         for name, value in vars(self).items():
             if name == "device_mesh":
                 continue
-            result[name] = dict(vars(value)) if isinstance(value, OutOfScopeParallelism) else value
+            handler = isinstance(value, (OutOfScopeParallelism, TorchTensorParallelConfig))
+            result[name] = _handler_json(value) if handler else value
         return result
 
-    def build_device_mesh(self, device_type: str) -> DeviceMesh | None:
+    def build_device_mesh(self, device_type: str, *, keep: Iterable[str] = ()) -> DeviceMesh | None:
         """The device mesh of the enabled dimensions over the current process group.
 
-        Dimensions are ordered ``dp_replicate, dp_shard`` and flattened views are added: ``dp``
-        (every data-parallel dimension), ``dp_shard_cp`` and ``dp_cp``. ``None`` when every size
-        is 1. Needs an initialised process group of ``total_size`` processes.
-
-        Tensor, context and sequence dimensions (``tp``, ``cp``, ``sp``) are built too, as
-        Accelerate builds them; training on them is refused where it is not supported, by the
-        Accelerator's ``prepare``.
+        Dimensions are ordered ``dp_replicate, dp_shard, cp, sp, tp`` (Accelerate's order: ``tp``
+        innermost, so a tensor-parallel group is neighbouring ranks) and flattened views are
+        added: ``dp`` (every data-parallel dimension), ``dp_shard_cp`` and ``dp_cp``. ``None``
+        when every size is 1. Needs an initialised process group of ``total_size`` processes.
+        ``keep`` names dimensions to build even at size 1 (the ``fsdp`` strategy keeps
+        ``dp_shard`` beside ``dp_replicate`` and ``tp``: a replicated model, sharded over groups
+        of one). Which dimensions a job trains over is the strategy's to say; the Accelerator's
+        ``prepare`` refuses the others.
         """
         from torch.distributed.device_mesh import init_device_mesh
 
-        names = sorted(self.active_mesh_dims, key=MESH_ORDER.index)
+        kept = set(keep)
+        names = [n for n in MESH_ORDER if self._sizes[n] > 1 or n in kept]
         if not names:
             return None
         mesh = init_device_mesh(
             device_type, tuple(self._sizes[n] for n in names), mesh_dim_names=tuple(names)
         )
         for flat, dims in (
-            ("dp", self.dp_dim_names),
-            ("dp_shard_cp", self.dp_shard_cp_dim_names),
-            ("dp_cp", self.dp_cp_dim_names),
+            ("dp", ("dp_replicate", "dp_shard")),
+            ("dp_shard_cp", ("dp_shard", "cp")),
+            ("dp_cp", ("dp_replicate", "dp_shard", "cp")),
         ):
-            if dims:
-                mesh[tuple(dims)]._flatten(flat)
+            present = tuple(n for n in dims if n in names)
+            if present:
+                mesh[present]._flatten(flat)
         return mesh
 
     def get_device_mesh(self, device_type: str | None = None) -> DeviceMesh:
@@ -245,3 +254,11 @@ class ParallelismConfig:
         if self.device_mesh is None:
             raise ValueError("Every size of this ParallelismConfig is 1: there is no mesh to build")
         return self.device_mesh
+
+
+def _handler_json(handler: object) -> dict[str, object]:
+    """A handler's options as JSON-friendly values (a function by its qualified name)."""
+    result: dict[str, object] = {}
+    for name, value in vars(handler).items():
+        result[name] = getattr(value, "__qualname__", repr(value)) if callable(value) else value
+    return result

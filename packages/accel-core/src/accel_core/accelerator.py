@@ -44,6 +44,8 @@ from accel_core.parallelism import (
     ParallelismMixin,
     check_sizes,
     check_strategy,
+    configured_parallelism,
+    needed_dimensions,
     setup_device_mesh,
     wants_sharding,
 )
@@ -89,8 +91,10 @@ class Accelerator(
         deepspeed_plugin, fsdp_plugin: choose the DeepSpeed or FSDP strategy (accel-backends;
             until it provides them, a NotImplementedError says so). ``deepspeed_plugins`` is
             Accelerate's other spelling (a plugin or a dict of named plugins).
-        torch_tp_plugin, megatron_lm_plugin: accepted for Accelerate's signature; tensor
-            parallelism and Megatron-LM are out of scope (``OutOfScopeError``).
+        torch_tp_plugin: Accelerate's deprecated tensor-parallel plugin, read as
+            ``ParallelismConfig(tp_size=plugin.tp_size)`` when no ``parallelism_config`` is given.
+        megatron_lm_plugin: accepted for Accelerate's signature; Megatron-LM is out of scope
+            (``OutOfScopeError``).
         rng_types: generators synchronised at each epoch (default ``["generator"]``).
         log_with: experiment trackers (names, ``LoggerType``s or ``GeneralTracker`` objects; "all").
         project_dir, project_config: where checkpoints and local tracker logs go, automatic
@@ -103,8 +107,10 @@ class Accelerator(
             the two); fields not given come from ``ACCEL_DYNAMO_*`` (or Accelerate's
             ``ACCELERATE_DYNAMO_*``), see ``TorchDynamoPlugin``.
         parallelism_config: Accelerate's ``ParallelismConfig``: data parallelism, replicated
-            (``dp_replicate_size``) and sharded (``dp_shard_size``, FSDP2; HSDP with both), the
-            sizes multiplying to the number of processes (see :mod:`accel_core.parallelism`).
+            (``dp_replicate_size``) and sharded (``dp_shard_size``, FSDP2; HSDP with both), and
+            tensor parallelism (``tp_size``, FSDP2), the sizes multiplying to the number of
+            processes (see :mod:`accel_core.parallelism`); default: one read from the launch
+            (``ACCELERATE_USE_PARALLELISM_CONFIG``).
         strategy: a strategy name (``"single_device"``, ``"ddp"``, or one installed by
             accel-backends) or a :class:`~accel_core.Strategy`; default from ``ACCEL_STRATEGY``,
             else ``"ddp"`` with several processes and ``"single_device"`` with one.
@@ -140,7 +146,8 @@ class Accelerator(
         from accel_ops import LaunchEnvironment
 
         # Refuse what accel does not run before the process state (and group) is built.
-        engine_options.refuse_out_of_scope(megatron_lm_plugin, torch_tp_plugin, mixed_precision)
+        engine_options.refuse_out_of_scope(megatron_lm_plugin, mixed_precision)
+        parallelism_config = configured_parallelism(parallelism_config, torch_tp_plugin)
         plugins = engine_options.strategy_plugins(
             {
                 "deepspeed_plugin": deepspeed_plugin,
@@ -170,6 +177,7 @@ class Accelerator(
             kwargs_handlers=list(self.handlers.values()),
             plugins=plugins,
             sharded=wants_sharding(parallelism_config),
+            needed=needed_dimensions(parallelism_config),
         )
         check_strategy(parallelism_config, self.strategy)
         self.strategy.setup_environment(self.state)

@@ -96,6 +96,9 @@ class EngineDescription:
             and nothing else names a strategy.
         wrapper_classes: class names of the wrappers it puts around a model (each keeps the model
             under ``.module``), for ``extract_model_from_parallel``.
+        parallelism_config_class: ``"module:attribute"`` of the ``ParallelismConfig`` class it
+            reads, which the Accelerator builds when the launch asks for one
+            (``ACCELERATE_USE_PARALLELISM_CONFIG``) or a ``torch_tp_plugin`` is given.
     """
 
     name: str
@@ -115,6 +118,7 @@ class EngineDescription:
     mesh_dimensions: frozenset[str] = frozenset({"dp_replicate"})
     shards_by_default: bool = False
     wrapper_classes: tuple[str, ...] = ()
+    parallelism_config_class: str | None = None
 
     def load_strategy(self) -> Callable[..., object]:
         """The strategy factory (imports the engine)."""

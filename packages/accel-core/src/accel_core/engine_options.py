@@ -8,7 +8,10 @@ accepted, so ported calls keep working, and each is checked before the process s
   ``deepspeed_plugin`` / ``deepspeed_plugins``, FSDP's ``fsdp_plugin``) chooses that strategy.
   While its engine is not installed, it raises ``NotImplementedError`` saying so and naming the
   strategies installed.
-- ``megatron_lm_plugin``, ``torch_tp_plugin`` and ``mixed_precision="fp8"`` are out of scope:
+- ``torch_tp_plugin`` (Accelerate's deprecated tensor-parallel plugin) is read as
+  ``ParallelismConfig(tp_size=plugin.tp_size)``, with Accelerate's ``FutureWarning``
+  (:func:`accel_core.parallelism.configured_parallelism`).
+- ``megatron_lm_plugin`` and ``mixed_precision="fp8"`` are out of scope:
   :class:`~accel_core.out_of_scope.OutOfScopeError` naming the feature.
 
 Plugins are recognised by the keyword they come in, not by their class, so accel-core imports no
@@ -87,21 +90,12 @@ def strategy_plugins(given: Mapping[str, object]) -> dict[str, object]:
     return {name: plugin for name, (_, plugin) in chosen.items()}
 
 
-def refuse_out_of_scope(
-    megatron_lm_plugin: object,
-    torch_tp_plugin: object,
-    mixed_precision: object,
-) -> None:
-    """Raise OutOfScopeError for Megatron-LM, tensor parallelism and FP8 mixed precision."""
+def refuse_out_of_scope(megatron_lm_plugin: object, mixed_precision: object) -> None:
+    """Raise OutOfScopeError for Megatron-LM and FP8 mixed precision."""
     if megatron_lm_plugin is not None:
         raise out_of_scope(
             "Megatron-LM (megatron_lm_plugin)",
             "train with the ddp strategy, or with DeepSpeed or FSDP once accel-backends has them",
-        )
-    if torch_tp_plugin is not None:
-        raise out_of_scope(
-            "Tensor parallelism (torch_tp_plugin)",
-            "leave torch_tp_plugin out: accel trains with data parallelism (the ddp strategy)",
         )
     if str(getattr(mixed_precision, "value", mixed_precision)).lower() == "fp8":
         raise out_of_scope('FP8 training (mixed_precision="fp8")', 'use "bf16" or "fp16"')

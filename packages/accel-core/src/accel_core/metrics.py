@@ -8,20 +8,31 @@ the gather and the padding removed again. On the last batch the ranks exchange t
 the rest of each tensor's shape and its dtype, so tensors that differ beyond dim 0 are an error on
 every rank (gloo would otherwise return garbage or abort). Earlier batches go straight to
 ``gather``, which compares inputs only in debug mode (see ``accel_ops.collectives``).
+
+When processes share batches (the ranks of one tensor-parallel group), only the data-parallel
+ranks are gathered (the strategy's ``data_parallel_group``); with one data-parallel rank there is
+nothing to gather and each process keeps its own results.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+import accel_ops
+
 if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
 
 logger = logging.getLogger(__name__)
+
+
+def _one_process_gather_object(obj: object) -> list[object]:
+    return list(obj) if isinstance(obj, (list, tuple)) else [obj]
 
 
 def _only_tensors(data: Any) -> bool:
@@ -88,14 +99,24 @@ def gather_for_metrics(accelerator: Accelerator, input_data: Any, use_gather_obj
     from accel_core.collectives import collectives_of
     from accel_ops import drop_duplicated_tail
 
-    collectives = collectives_of(accelerator.strategy)
+    strategy = accelerator.strategy
+    collectives = collectives_of(strategy)
     gather, gather_object = collectives.gather, collectives.gather_object
     state = accelerator.gradient_state
     use_gather_object = use_gather_object or not _only_tensors(input_data)
     at_end = state.end_of_dataloader
+    shards = strategy.distributed_sampler_kwargs["num_replicas"]
+    group = strategy.data_parallel_group
+    if shards == 1 and accelerator.use_distributed:
+        # every process read the same batches (tensor parallelism alone): nothing to gather,
+        # each process's results come back as one process's would
+        gather, gather_object = (lambda data: data), _one_process_gather_object
+    elif group is not None:  # only the data-parallel ranks read different batches
+        gather = functools.partial(accel_ops.gather, group=group)
+        gather_object = functools.partial(accel_ops.gather_object, group=group)
     if use_gather_object:
         data = gather_object(input_data)
-    elif at_end and accelerator.use_distributed:
+    elif at_end and accelerator.use_distributed and shards > 1:
         # Only the last batch can differ in length between processes: check it there, with
         # the rest of each tensor's shape and its dtype (the exchange happens anyway).
         everyone = gather_object([(_first_dims(input_data), _leaf_specs(input_data))])

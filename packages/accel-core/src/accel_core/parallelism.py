@@ -2,29 +2,32 @@
 
 Which dimensions a job trains over is the strategy's to say: its description lists them
 (``EngineDescription.mesh_dimensions``; ``dp_replicate``, whole copies, for every strategy;
-``dp_shard``, the model sharded over the processes of the dimension, for FSDP; both > 1 is HSDP).
-With a larger dimension the strategy does not list (tensor, context and sequence parallelism
-today) the Accelerator is built and so is the mesh, as in Accelerate; training on it is not run:
-``prepare`` raises :class:`~accel_core.out_of_scope.OutOfScopeError` (:func:`refuse_unsupported`).
+``dp_shard``, the model sharded over the processes of the dimension, and ``tp``, its layers split
+over them, for FSDP2). With a larger dimension the strategy does not list (context and sequence
+parallelism, under every strategy accel has) the Accelerator is built and so is the mesh, as in
+Accelerate; training on it is not run: ``prepare`` raises
+:class:`~accel_core.out_of_scope.OutOfScopeError` with the reason (:func:`refuse_unsupported`).
 When the Accelerator is built, before the strategy sets up its environment and before any model
 is prepared, ``ValueError`` is raised for sizes whose product is neither 1 nor the number of
 processes (:func:`check_sizes`, as in Accelerate), and for ``dp_shard_size > 1`` under a strategy
 that does not list ``dp_shard`` (:func:`check_strategy`).
 
-``dp_shard_size > 1`` chooses the strategy whose description ``shards_by_default`` (FSDP2 from
-accel-backends) when neither the
-code (``strategy=``, a plugin) nor the launch (``ACCEL_STRATEGY``) names one; that strategy builds
-the mesh (``dp_replicate, dp_shard``, flattened ``dp``, ``dp_shard_cp``, ``dp_cp``) in
-``setup_environment`` and stores it in the state. With a tensor, context or sequence dimension
-(and ``dp_shard_size`` 1) the Accelerator builds the configuration's mesh through its
-``get_device_mesh``. With ``dp_replicate_size > 1`` alone the Accelerator builds the mesh as
-Accelerate does: one dimension named ``"dp_replicate"`` over every
-process, flattened into ``"dp"`` (``accelerator.torch_device_mesh``); otherwise there is no mesh
-(None). As in Accelerate, on several accelerator devices a configuration of size 1 is read as
+When neither the code (``strategy=``, a plugin) nor the launch (``ACCEL_STRATEGY``) names a
+strategy, ``dp_shard_size > 1`` chooses the one whose description ``shards_by_default`` (FSDP2
+from accel-backends), and another dimension above 1 (``tp_size``) the installed one that lists it
+(:func:`needed_dimensions`). That strategy builds the mesh (``dp_replicate, dp_shard, tp``,
+flattened ``dp``, ``dp_shard_cp``, ``dp_cp``) in ``setup_environment`` and stores it in the state.
+Otherwise, with a model-parallel dimension the Accelerator builds the configuration's mesh
+through its ``get_device_mesh``; with ``dp_replicate_size > 1`` alone it builds the mesh as
+Accelerate does: one dimension named ``"dp_replicate"`` over every process, flattened into
+``"dp"`` (``accelerator.torch_device_mesh``); otherwise there is no mesh (None). As in
+Accelerate, on several accelerator devices a configuration of size 1 is read as
 ``dp_replicate_size = num_processes``.
 
 The configuration object is recognised by its fields (:class:`ParallelismConfigLike`): the
-``ParallelismConfig`` class belongs to accel-backends, which accel-core does not import.
+``ParallelismConfig`` class belongs to accel-backends, which accel-core does not import; the
+Accelerator builds one itself (:func:`configured_parallelism`) through the class an installed
+engine's description names.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
-from accel_core.out_of_scope import out_of_scope
+from accel_core.out_of_scope import OutOfScopeError, out_of_scope
 
 if TYPE_CHECKING:
     from accel_core.state import AcceleratorState
@@ -44,11 +47,24 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_INSTEAD = (
-    "the device mesh is built (accelerator.torch_device_mesh), but prepare() does not train on "
-    "this dimension; leave it at 1 to train with data parallelism (dp_replicate_size, "
-    "dp_shard_size)"
-)
+#: Why a dimension is not trained on, and what to do, when no installed strategy lists it.
+_WHY_NOT: dict[str, str] = {
+    "tp": (
+        "tensor parallelism runs under the fsdp strategy of accel-backends (pip install "
+        "accel-backends; it is chosen when no strategy is named, or pass fsdp_plugin="
+        "FullyShardedDataParallelPlugin(fsdp_version=2))"
+    ),
+    "cp": (
+        "context parallelism is not run by accel: torch's context-parallel attention has no "
+        "CPU kernel (aten._scaled_dot_product_flash_attention_for_cpu has no DTensor sharding "
+        "strategy in torch 2.13), and accel has not run it on GPUs; split long sequences' work "
+        "with tp_size, or shard the model with dp_shard_size"
+    ),
+    "sp": (
+        "DeepSpeed's sequence parallelism (Ulysses) is not run by accel; split the model with "
+        "tp_size or shard it with dp_shard_size (the fsdp strategy)"
+    ),
+}
 _DATA_PARALLEL = ("dp_replicate_size", "dp_shard_size")
 _MODEL_PARALLEL = ("tp_size", "cp_size", "sp_size")
 
@@ -82,8 +98,8 @@ def mesh_dimensions(strategy: Strategy) -> frozenset[str]:
 
 def refuse_unsupported(config: ParallelismConfigLike | None, strategy: Strategy) -> None:
     """Raise ``OutOfScopeError`` for a dimension larger than 1 that ``strategy`` does not train
-    on (tensor, context and sequence parallelism). ``prepare`` calls it, before anything is
-    prepared."""
+    on (its description's ``mesh_dimensions``; context and sequence parallelism under every
+    strategy accel has). ``prepare`` calls it, before anything is prepared."""
     if config is None:
         return
     supported = mesh_dimensions(strategy)
@@ -93,8 +109,64 @@ def refuse_unsupported(config: ParallelismConfigLike | None, strategy: Strategy)
         ("sp_size", "Sequence parallelism"),
     ):
         size = _size(config, name)
-        if size > 1 and name.removesuffix("_size") not in supported:
-            raise out_of_scope(f"{feature} (ParallelismConfig({name}={size}))", _INSTEAD)
+        dimension = name.removesuffix("_size")
+        if size > 1 and dimension not in supported:
+            raise OutOfScopeError(
+                f"{feature} (ParallelismConfig({name}={size})) is not run by strategy "
+                f"{strategy.name!r}: {_WHY_NOT[dimension]}. The device mesh is built "
+                "(accelerator.torch_device_mesh); prepare() does not train on this dimension."
+            )
+
+
+def configured_parallelism(
+    parallelism_config: ParallelismConfigLike | None, torch_tp_plugin: object
+) -> ParallelismConfigLike | None:
+    """The ``ParallelismConfig`` of the run: ``parallelism_config``; else, as in Accelerate,
+    one with ``tp_size=torch_tp_plugin.tp_size`` (a ``FutureWarning`` says the plugin is
+    deprecated), or one read from the ``PARALLELISM_CONFIG_*`` variables when the launch set
+    ``ACCELERATE_USE_PARALLELISM_CONFIG=true`` (``accel launch --use_parallelism_config``);
+    else None. The class is the one an installed engine describes (accel-backends').
+
+    Raises ``ImportError`` when one is asked for and no installed engine provides the class.
+    """
+    import os
+    import warnings
+
+    if parallelism_config is not None:
+        return parallelism_config
+    if torch_tp_plugin is not None:
+        warnings.warn(
+            "`TorchTensorParallelPlugin` is deprecated and will be removed in a future version "
+            "of Accelerate. Please use the `ParallelismConfig` with `tp_size` instead.",
+            FutureWarning,
+            stacklevel=3,
+        )
+        size = int(getattr(torch_tp_plugin, "tp_size", 1) or 1)
+        return _parallelism_config_class("torch_tp_plugin")(tp_size=size)
+    if os.environ.get("ACCELERATE_USE_PARALLELISM_CONFIG", "false").lower() == "true":
+        return _parallelism_config_class("ACCELERATE_USE_PARALLELISM_CONFIG=true")()
+    return None
+
+
+def _parallelism_config_class(asked_by: str) -> Any:
+    from accel_core.engine_description import installed_engines, load_hook
+
+    for description in installed_engines().values():
+        if description.parallelism_config_class:
+            return load_hook(description.parallelism_config_class)
+    raise ImportError(
+        f"{asked_by} asks for a ParallelismConfig, and no installed engine provides the class: "
+        "pip install accel-backends (or pass parallelism_config= yourself)"
+    )
+
+
+def needed_dimensions(config: ParallelismConfigLike | None) -> frozenset[str]:
+    """The dimensions of ``config`` larger than 1 beyond whole copies (``dp_replicate``): what
+    the strategy chosen for it must list among its ``mesh_dimensions``."""
+    if config is None:
+        return frozenset()
+    names = ("dp_shard_size", *_MODEL_PARALLEL)
+    return frozenset(n.removesuffix("_size") for n in names if _size(config, n) > 1)
 
 
 def wants_sharding(config: ParallelismConfigLike | None) -> bool:

@@ -72,7 +72,8 @@ DESCRIPTION = EngineDescription(
     config_keys=_CONFIG_KEYS,
     plugin_keywords=("fsdp_plugin",),
     plugin_class="accel_backends.fsdp.plugin:FullyShardedDataParallelPlugin",
-    mesh_dimensions=frozenset({"dp_replicate", "dp_shard"}),
+    mesh_dimensions=frozenset({"dp_replicate", "dp_shard", "tp"}),
     shards_by_default=True,
     wrapper_classes=("FullyShardedDataParallel",),
+    parallelism_config_class="accel_backends.parallelism_config:ParallelismConfig",
 )

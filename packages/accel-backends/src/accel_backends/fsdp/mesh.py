@@ -8,8 +8,15 @@ Accelerate. With ``dp_shard_size > 1`` it builds the configuration's mesh with A
 alone is FSDP; ``("dp_replicate", "dp_shard_cp")`` is HSDP (on a 2-D mesh ``fully_shard``
 replicates over the first dimension and shards over the second).
 
-A configuration that leaves nothing to shard across (``dp_shard_size`` 1) on several processes
-is Accelerate's ``ValueError``.
+With ``tp_size > 1`` the mesh has a ``tp`` dimension too (innermost), which the model is split
+over before it is sharded over the data-parallel ones (:mod:`accel_backends.fsdp.tensor_parallel`);
+with no data-parallel dimension left (``tp_size`` = the number of processes) nothing is sharded.
+``dp_replicate_size > 1`` beside ``tp_size > 1`` and ``dp_shard_size`` 1 keeps a ``dp_shard``
+dimension of size 1: HSDP over groups of one, so each copy holds the whole (tensor-parallel)
+model and gradients are averaged across copies.
+
+A configuration that leaves nothing to shard or split across (``dp_shard_size`` and ``tp_size``
+1) on several processes is Accelerate's ``ValueError``.
 """
 
 from __future__ import annotations
@@ -25,10 +32,12 @@ if TYPE_CHECKING:
 
 
 class FSDPMeshes(NamedTuple):
-    """The mesh ``fully_shard`` gets, and the configuration's whole mesh (None without one)."""
+    """The mesh ``fully_shard`` gets (None: nothing to shard over, tensor parallelism alone), the
+    configuration's whole mesh (None without one) and its ``tp`` dimension (None without one)."""
 
-    shard: DeviceMesh
+    shard: DeviceMesh | None
     config: DeviceMesh | None
+    tp: DeviceMesh | None = None
 
 
 def _size(config: ParallelismConfigLike, name: str) -> int:
@@ -42,16 +51,17 @@ def fsdp_meshes(
     """Build the meshes on every process (a collective) for ``config`` (see the module docstring).
 
     Raises:
-        ValueError: ``config`` has ``dp_shard_size`` 1 and the run has several processes (FSDP
-            would have no dimension to shard across).
+        ValueError: ``config`` has ``dp_shard_size`` 1 and ``tp_size`` 1 and the run has several
+            processes (FSDP would have no dimension to shard across).
     """
     from torch.distributed.device_mesh import init_device_mesh
 
     replicas = 1 if config is None else _size(config, "dp_replicate_size")
     shards = 1 if config is None else _size(config, "dp_shard_size")
-    if config is None or (replicas * shards == 1 and num_processes == 1):
+    tensor = 1 if config is None else _size(config, "tp_size")
+    if config is None or (replicas * shards * tensor == 1 and num_processes == 1):
         return FSDPMeshes(init_device_mesh(device_type, (num_processes,)), None)
-    if shards == 1:
+    if shards == 1 and tensor == 1:
         raise ValueError(
             "FSDP is enabled but the parallelism config has no dimension for FSDP to shard "
             f"across: ParallelismConfig(dp_replicate_size={replicas}, dp_shard_size={shards}) "
@@ -63,9 +73,25 @@ def fsdp_meshes(
         parallel = config
     else:  # an Accelerate-like object: build through ours, from its sizes
         parallel = ParallelismConfig(
-            dp_replicate_size=replicas, dp_shard_size=shards, tp_size=1, cp_size=1, sp_size=1
+            dp_replicate_size=replicas,
+            dp_shard_size=shards,
+            tp_size=tensor,
+            cp_size=_size(config, "cp_size"),
+            sp_size=_size(config, "sp_size"),
         )
-    mesh = parallel.get_device_mesh(device_type)
+    # copies of a tensor-parallel model: HSDP over groups of one keeps them whole
+    keep = ("dp_shard",) if tensor > 1 and replicas > 1 and shards == 1 else ()
+    mesh = parallel.device_mesh
+    if mesh is None:
+        mesh = parallel.build_device_mesh(device_type, keep=keep)
+        parallel.device_mesh = mesh
     if parallel is not config and hasattr(config, "device_mesh"):
         config.device_mesh = mesh  # what Accelerate's ParallelismConfig.get_device_mesh returns
-    return FSDPMeshes(mesh[tuple(parallel.fsdp_dim_names)], mesh)
+    assert mesh is not None
+    names = mesh.mesh_dim_names or ()
+    dims = [
+        *(["dp_replicate"] if "dp_replicate" in names else []),
+        *(["dp_shard_cp"] if "dp_shard" in names or "cp" in names else []),
+    ]
+    shard = mesh[tuple(dims)] if dims else None
+    return FSDPMeshes(shard, mesh, mesh["tp"] if tensor > 1 else None)

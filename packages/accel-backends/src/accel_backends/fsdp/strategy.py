@@ -13,7 +13,10 @@ all-gather and reduce-scatter: NCCL on GPUs, gloo on CPUs (torch >= 2.6). With a
 ``ParallelismConfig`` of ``dp_shard_size > 1`` it shards over the configuration's mesh instead
 (HSDP when ``dp_replicate_size > 1`` too: each shard group holds one copy, gradients are also
 all-reduced across copies), which becomes ``accelerator.torch_device_mesh``
-(:mod:`accel_backends.fsdp.mesh`).
+(:mod:`accel_backends.fsdp.mesh`). With ``tp_size > 1`` too (FSDP2 only) each model is first
+split over the mesh's ``tp`` dimension (tensor parallelism; :mod:`accel_backends.fsdp.
+tensor_parallel`), then sharded over the data-parallel dimensions; ``tp_size`` equal to the
+number of processes splits without sharding.
 
 Selected by ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))``, by
 ``ACCEL_STRATEGY=fsdp`` (``accel launch``; ``ACCEL_STRATEGY_CONFIG`` holds the ``fsdp_config``
@@ -62,7 +65,13 @@ from accel_backends.fsdp.accumulation import (
 )
 from accel_backends.fsdp.mesh import FSDPMeshes, fsdp_meshes
 from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin, refuse_local_state_dict
-from accel_backends.fsdp.sharding import has_meta_tensors, match_renamed_parameters, shard_model
+from accel_backends.fsdp.sharding import (
+    has_meta_tensors,
+    match_renamed_parameters,
+    shard_model,
+    upcast_trainable_to_fp32,
+)
+from accel_backends.fsdp.tensor_parallel import ParallelizeFn, split_model
 from accel_backends.launch_settings import LaunchSettings, plugin_fields
 from accel_backends.one_process_group import destroy_own_group, form_one_process_group
 from accel_core.optimizer import unwrap_optimizer
@@ -135,7 +144,13 @@ class FSDPStrategy(Strategy):
             chosen = checked_plugin(plugin, options, default_version=self.fsdp_version)
         self.plugin: FullyShardedDataParallelPlugin = chosen
         self.device = torch.device("cpu")
+        #: The mesh models are sharded over (None: tensor parallelism alone, nothing to shard).
         self.mesh: DeviceMesh | None = None
+        #: The ``tp`` dimension of the configuration's mesh (None without tensor parallelism).
+        self.tp_mesh: DeviceMesh | None = None
+        self._parallelism_config: object | None = None
+        self._config_mesh: DeviceMesh | None = None
+        self._environment_ready = False
         # inner optimizer -> the set-up model it steps (DCP's optimizer state dicts need both)
         self._owners: weakref.WeakKeyDictionary[torch.optim.Optimizer, torch.nn.Module] = (
             weakref.WeakKeyDictionary()
@@ -151,8 +166,8 @@ class FSDPStrategy(Strategy):
 
     # -- what each version does its own way ----------------------------------------------------
 
-    def _shard_mesh(self, meshes: FSDPMeshes, num_processes: int) -> DeviceMesh:
-        """The mesh models are sharded over."""
+    def _shard_mesh(self, meshes: FSDPMeshes, num_processes: int) -> DeviceMesh | None:
+        """The mesh models are sharded over (None when there is nothing to shard over)."""
         return meshes.shard
 
     @abstractmethod
@@ -195,10 +210,39 @@ class FSDPStrategy(Strategy):
             self._created_group = True
         self.device = state.device
         self.distributed_type = DistributedType.FSDP
-        meshes = fsdp_meshes(state.parallelism_config, self.device.type, state.num_processes)
+        config = state.parallelism_config
+        meshes = fsdp_meshes(config, self.device.type, state.num_processes)
         self.mesh = self._shard_mesh(meshes, state.num_processes)
+        self.tp_mesh = meshes.tp
+        self._config_mesh = meshes.config
+        self._parallelism_config = config
         if meshes.config is not None:
             state.device_mesh = meshes.config
+        self._environment_ready = True
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, int]:
+        """One shard per data-parallel rank: with tensor parallelism the ranks of one ``tp``
+        group read the same batches (a rank's shard is its place in the mesh's ``dp``
+        dimension; one shard when there is none)."""
+        if self.tp_mesh is None:
+            return super().distributed_sampler_kwargs
+        data_parallel = self._data_parallel_mesh()
+        if data_parallel is None:
+            return {"num_replicas": 1, "rank": 0}
+        return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
+
+    @property
+    def data_parallel_group(self) -> object | None:
+        """With tensor parallelism, the group of the mesh's ``dp`` dimension."""
+        data_parallel = self._data_parallel_mesh() if self.tp_mesh is not None else None
+        return None if data_parallel is None else data_parallel.get_group()
+
+    def _data_parallel_mesh(self) -> DeviceMesh | None:
+        mesh = self._config_mesh
+        if mesh is None or not {"dp_replicate", "dp_shard"} & set(mesh.mesh_dim_names or ()):
+            return None
+        return mesh["dp"]
 
     @property
     def root_device(self) -> torch.device:
@@ -234,7 +278,7 @@ class FSDPStrategy(Strategy):
         model = module.to(self.device) if placed else module
         if not any(p.requires_grad for p in model.parameters()):
             return model
-        if self.mesh is None:
+        if not self._environment_ready:
             raise RuntimeError("strategy 'fsdp': setup_environment must run before setup_module")
         inner = self.unwrap_model(model)
         before = list(inner.named_parameters())
@@ -438,7 +482,8 @@ class FSDP2Strategy(FSDPStrategy):
     def _is_set_up(self, module: torch.nn.Module) -> bool:
         from torch.distributed.fsdp import FSDPModule
 
-        return isinstance(self.unwrap_model(module), FSDPModule)
+        inner = self.unwrap_model(module)
+        return isinstance(inner, FSDPModule) or inner in self._models
 
     def _shard(
         self,
@@ -448,23 +493,45 @@ class FSDP2Strategy(FSDPStrategy):
         *,
         upcast_to_fp32: bool,
     ) -> torch.nn.Module:
-        assert self.mesh is not None
-        shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32)
+        if self.tp_mesh is not None:
+            if self.plugin.cpu_ram_efficient_loading:
+                raise ValueError(
+                    "cpu_ram_efficient_loading (fsdp_cpu_ram_efficient_loading) can't be used "
+                    "with tensor parallelism (tp_size > 1): the model is split before it is "
+                    "sharded; turn it off"
+                )
+            split_model(inner, self.tp_mesh, self._parallelize_fn())
+        if self.mesh is not None:
+            shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32)
+        elif upcast_to_fp32:
+            upcast_trainable_to_fp32(inner)
         # Activation checkpointing renames parameters (``_checkpoint_wrapped_module``), which the
         # default name matching of ``setup`` can't follow: match the plain names here.
         self._replaced.update(match_renamed_parameters(before, inner))
         self._models.add(model)
         return model
 
+    def _parallelize_fn(self) -> ParallelizeFn | None:
+        """The configuration's ``tp_handler.parallelize_fn`` (read at ``prepare``, so one set on
+        ``accelerator.parallelism_config`` after the Accelerator was built counts too)."""
+        handler = getattr(self._parallelism_config, "tp_handler", None)
+        return getattr(handler, "parallelize_fn", None)
+
     def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """This process's unreduced gradients of the cycle so far (FSDP2 keeps them unsharded
-        while synchronisation is off; see :mod:`accel_backends.fsdp.accumulation`)."""
+        while synchronisation is off; see :mod:`accel_backends.fsdp.accumulation`); a model
+        split by tensor parallelism alone keeps them in its parameters."""
+        if not _is_sharded(self.unwrap_model(model)):
+            return super().accumulated_gradients(model)
         return accumulated_gradients(self.unwrap_model(model))
 
     def restore_accumulated_gradients(
         self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
     ) -> None:
         """Put them back where the next synchronising backward adds to them."""
+        if not _is_sharded(self.unwrap_model(model)):
+            super().restore_accumulated_gradients(model, gradients)
+            return
         restore_accumulated_gradients(self.unwrap_model(model), gradients)
 
     def no_sync(self, model: torch.nn.Module) -> contextlib.AbstractContextManager[object]:
@@ -493,7 +560,12 @@ class FSDP1Strategy(FSDPStrategy):
             weakref.WeakKeyDictionary()
         )
 
-    def _shard_mesh(self, meshes: FSDPMeshes, num_processes: int) -> DeviceMesh:
+    def _shard_mesh(self, meshes: FSDPMeshes, num_processes: int) -> DeviceMesh | None:
+        if meshes.tp is not None or meshes.shard is None:
+            raise ValueError(
+                "tensor parallelism (ParallelismConfig(tp_size > 1)) runs with FSDP version 2: "
+                "set fsdp_version=2 on the FullyShardedDataParallelPlugin (or --fsdp_version 2)"
+            )
         return v1_wrapping.fsdp1_mesh(self.plugin, meshes.shard, meshes.config, num_processes)
 
     def _is_set_up(self, module: torch.nn.Module) -> bool:
@@ -507,7 +579,7 @@ class FSDP1Strategy(FSDPStrategy):
         *,
         upcast_to_fp32: bool,
     ) -> torch.nn.Module:
-        assert self.mesh is not None
+        assert self.mesh is not None  # _shard_mesh refuses a run with nothing to shard over
         wrapped = v1_wrapping.wrap_model(
             inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32
         )
@@ -624,6 +696,12 @@ def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> S
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
     return StateDictOptions(full_state_dict=full, cpu_offload=cpu_offload, strict=strict)
+
+
+def _is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
 
 
 def _full(tensor: torch.Tensor) -> torch.Tensor:

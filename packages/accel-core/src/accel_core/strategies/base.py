@@ -189,11 +189,20 @@ class Strategy(ABC):
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int]:
-        """How data loaders are sharded: ``num_replicas`` shards, this process reads ``rank``."""
+        """How data loaders are sharded: ``num_replicas`` shards, this process reads ``rank``
+        (by default one shard per process; a strategy whose processes share batches, as the
+        ranks of one tensor-parallel group do, counts data-parallel ranks instead)."""
         from accel_ops import PartialState
 
         state = PartialState()
         return {"num_replicas": state.num_processes, "rank": state.process_index}
+
+    @property
+    def data_parallel_group(self) -> object | None:
+        """The process group of the processes reading different batches, which
+        ``gather_for_metrics`` gathers over (None: every process, the default). Only read when
+        ``distributed_sampler_kwargs`` counts more than one shard."""
+        return None
 
     # -- precision and accumulation ------------------------------------------------------------
 

@@ -26,11 +26,31 @@ def sharding_strategy_name() -> str:
     return next(name for name, engine in PROVIDED_ELSEWHERE.items() if engine.shards_by_default)
 
 
-def default_strategy_name(world_size: int, *, sharded: bool = False) -> str:
+def mesh_strategy_name(needed: frozenset[str]) -> str | None:
+    """The installed engine that trains over every dimension in ``needed`` (those a
+    ``ParallelismConfig`` sets above 1 beyond ``dp_replicate``), the ``shards_by_default`` one
+    first; None when no installed engine lists them all."""
+    candidates = sorted(
+        strategy_descriptions().values(), key=lambda d: (not d.shards_by_default, d.name)
+    )
+    for description in candidates:
+        if needed <= description.mesh_dimensions:
+            return description.name
+    return None
+
+
+def default_strategy_name(
+    world_size: int, *, sharded: bool = False, needed: frozenset[str] = frozenset()
+) -> str:
     """:func:`sharding_strategy_name` when the parallelism configuration shards the model
-    (``sharded``), else ``ddp`` when the job has more than one process, else ``single_device``."""
+    (``sharded``); else, for other dimensions above 1 (``needed``, e.g. ``tp``), the installed
+    engine listing them (:func:`mesh_strategy_name`); else ``ddp`` when the job has more than one
+    process, else ``single_device`` (whose ``prepare`` then refuses what it does not run)."""
     if sharded:
         return sharding_strategy_name()
+    chosen = mesh_strategy_name(needed) if needed else None
+    if chosen is not None:
+        return chosen
     return "ddp" if world_size > 1 else "single_device"
 
 
@@ -43,6 +63,7 @@ def resolve_strategy(
     kwargs_handlers: Sequence[KwargsHandler] = (),
     plugins: Mapping[str, object | None] | None = None,
     sharded: bool = False,
+    needed: frozenset[str] = frozenset(),
 ) -> Strategy:
     """The strategy to use, created but not yet set up.
 
@@ -50,7 +71,7 @@ def resolve_strategy(
     an Accelerate-style plugin object (``plugins``, e.g. ``{"deepspeed": DeepSpeedPlugin(...)}``,
     given as the ``plugin`` option), then ``ACCEL_STRATEGY`` with ``ACCEL_STRATEGY_CONFIG`` as
     options, then :func:`default_strategy_name` (``sharded``: the parallelism configuration has
-    ``dp_shard_size > 1``).
+    ``dp_shard_size > 1``; ``needed``: its dimensions above 1 beyond ``dp_replicate``).
     """
     if isinstance(strategy, Strategy):
         return strategy
@@ -66,5 +87,5 @@ def resolve_strategy(
         return create_strategy(
             launch_strategy, kwargs_handlers=kwargs_handlers, **dict(launch_options or {})
         )
-    name = default_strategy_name(world_size, sharded=sharded)
+    name = default_strategy_name(world_size, sharded=sharded, needed=needed)
     return create_strategy(name, kwargs_handlers=kwargs_handlers)
