@@ -7,7 +7,7 @@ their local paths, siblings included, so a ``tests-<package>`` session proves th
 installs and passes its tests with only what it declares.
 
 Default sessions (what CI runs): every ``tests-<package>``, ``backend-deepspeed``,
-``backend-xla``, ``integration``, ``conformance``, ``ecosystem``, ``stress``, ``profiles``,
+``backend-nd``, ``backend-xla``, ``integration``, ``conformance``, ``ecosystem``, ``stress``, ``profiles``,
 ``lint`` and ``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` / ``backend-ddp``
 (one backend's tests alone; the package sessions run them).
 """
@@ -126,19 +126,22 @@ def _pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None
     session.run("python", "-m", "pytest", *paths, *session.posargs, env=env)
 
 
+BACKEND_TESTS = LOCAL["accel-backends"] / "tests"
+#: Test folders a session of their own runs (with what they need beyond the package).
+SEPARATE_TESTS = {"accel-backends": (BACKEND_TESTS / "nd",)}
+
 for _dist in LOCAL:
 
     @nox.session(name=f"tests-{_dist}")
     @_discarding
     def _package_tests(session: nox.Session, dist: str = _dist) -> None:
-        """Install one package alone (with what it declares) and run its tests."""
+        """Install one package alone (with what it declares) and run its tests (but those of
+        ``SEPARATE_TESTS``)."""
         session.install(*TEST_TOOLS)
         _install_local(session, [dist, "accel-testing"], extras="test")
         session.run("pip", "check")
-        _pytest(session, str(LOCAL[dist] / "tests"))
-
-
-BACKEND_TESTS = LOCAL["accel-backends"] / "tests"
+        ignored = [f"--ignore={path}" for path in SEPARATE_TESTS.get(dist, ())]
+        _pytest(session, str(LOCAL[dist] / "tests"), *ignored)
 
 
 @nox.session(name="backend-deepspeed")
@@ -157,6 +160,21 @@ def backend_deepspeed(session: nox.Session) -> None:
     session.run("pip", "check")
     tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_deepspeed_*.py"))
     _pytest(session, *tests, env={"DS_ACCELERATOR": "cpu"})
+
+
+@nox.session(name="backend-nd")
+@_discarding
+def backend_nd(session: nox.Session) -> None:
+    """Tensor parallelism with FSDP2 (ND parallelism: dp_shard x tp, dp_replicate x tp, tp) on 2
+    and 4 CPU processes (gloo): a plain model split by a ``parallelize_module`` plan and a
+    transformers Llama (split by a plan, and by transformers in Accelerate's recipe through ``accel
+    launch``), each compared with one process of plain PyTorch; checkpoints across meshes and
+    kill-and-resume."""
+    session.install(*TEST_TOOLS)
+    _install_local(session, ["accel-backends", "accel-launch", "accel-testing"])
+    session.install(TORCH, TRANSFORMERS)
+    session.run("pip", "check")
+    _pytest(session, str(BACKEND_TESTS / "nd"))
 
 
 #: torch_xla 2.9 runs only on torch 2.9 (PyPI's build of it for x86_64 is CUDA's: about 7 GB).
