@@ -88,6 +88,7 @@ def test_multi_cpu_with_compile_and_bf16(tmp_path: Path, tty_env: dict[str, str]
         [
             ("Where will the job run?", [ENTER]),
             ("Which kind of distributed training?", [DOWN, ENTER]),
+            ("Do you want to use ParallelismConfig?", ["n"]),
             ("How many processes in total", [BACKSPACE, "3", ENTER]),
             ("debug mode", ["n"]),
             ("Compile the model with torch.compile?", ["y"]),
@@ -105,6 +106,7 @@ def test_multi_cpu_with_compile_and_bf16(tmp_path: Path, tty_env: dict[str, str]
     assert config["debug"] is False
     assert config["dynamo_config"] == {"dynamo_backend": "EAGER"}
     assert config["mixed_precision"] == "bf16"
+    assert "parallelism_config" not in config
 
 
 @pytest.mark.slow
@@ -128,6 +130,7 @@ def test_cluster_fsdp_to_the_default_location(tmp_path: Path, tty_env: dict[str,
             ("Checkpoint layout?", [DOWN, ENTER]),
             ("Load weights on rank 0 only?", ["n"]),
             ("activation checkpointing?", ["n"]),
+            ("Do you want to use ParallelismConfig?", ["n"]),
             ("How many processes in total", [BACKSPACE, "4", ENTER]),
             ("debug mode", ["y"]),
             ("Which GPUs", [ENTER]),
@@ -153,6 +156,40 @@ def test_cluster_fsdp_to_the_default_location(tmp_path: Path, tty_env: dict[str,
         "fsdp_activation_checkpointing": False,
     }
     assert config["debug"] is True and config["gpu_ids"] == "all"
+
+
+@pytest.mark.slow
+def test_parallelism_config_sizes_are_asked_for_ddp(tmp_path: Path, tty_env: dict[str, str]):
+    target = tmp_path / "parallel.yaml"
+    code, screen = drive(
+        ["config", "--config_file", str(target)],
+        [
+            ("Where will the job run?", [ENTER]),
+            ("Which kind of distributed training?", [DOWN, ENTER]),
+            ("Do you want to use ParallelismConfig?", ["y"]),
+            ("data parallelism replicate size?", [BACKSPACE, "2", ENTER]),
+            ("FSDP shard size?", [BACKSPACE, "0", ENTER, BACKSPACE, "3", ENTER]),
+            ("tensor parallelism size?", [ENTER]),
+            ("context parallelism size?", [BACKSPACE, "2", ENTER]),
+            ("communication strategy?", [DOWN, ENTER]),
+            ("How many processes in total", [BACKSPACE, "2", ENTER]),
+            ("debug mode", ["n"]),
+            ("torch.compile?", ["n"]),
+            ("Mixed precision?", [ENTER]),
+        ],
+        tty_env,
+    )
+    assert code == 0, screen
+    assert "enter an integer >= 1" in screen  # the 0 was refused, then 3 taken
+    config = load_config(target)
+    assert config["distributed_type"] == "MULTI_CPU"
+    assert config["parallelism_config"] == {
+        "parallelism_config_dp_replicate_size": 2,
+        "parallelism_config_dp_shard_size": 3,
+        "parallelism_config_tp_size": 1,
+        "parallelism_config_cp_size": 2,
+        "parallelism_config_cp_comm_strategy": "alltoall",
+    }
 
 
 def test_without_a_terminal_it_says_what_to_do_instead(tmp_path: Path):

@@ -118,7 +118,7 @@ def only_built_in(monkeypatch: pytest.MonkeyPatch):
 
 def test_without_engines_only_the_built_in_strategies_exist(only_built_in, tmp_path: Path):
     assert engines.strategy_names() == ["single_device", "ddp"]
-    assert [o.name for o in options.launch_options() if o.name.startswith("use_")] == []
+    assert [o.name for o in options.launch_options() if o.chooses] == []  # no engine flag
     plan = resolve(_flags("--strategy", "ddp", "--num_processes", "2", "--cpu"), {}, {})
     assert (plan.strategy, plan.distributed_type.value) == ("ddp", "MULTI_CPU")
     assert json.loads(accel_environment(plan)["ACCEL_STRATEGY_CONFIG"]) == {}

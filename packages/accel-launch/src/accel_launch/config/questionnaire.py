@@ -6,7 +6,12 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from accel_launch.config.defaults import complete
-from accel_launch.config.schema import MIXED_PRECISIONS, RDZV_BACKENDS, engine_fields
+from accel_launch.config.schema import (
+    CP_COMM_STRATEGIES,
+    MIXED_PRECISIONS,
+    RDZV_BACKENDS,
+    engine_fields,
+)
 from accel_launch.errors import AccelLaunchError
 from accel_launch.launch import engines
 
@@ -147,6 +152,28 @@ def _xla(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
     return {"downcast_bf16": ask.confirm("Under bf16, store float64 tensors as bf16 too?", False)}
 
 
+def _parallelism(ask: _Asker) -> dict[str, Any]:
+    """Accelerate's ParallelismConfig questions (it asks them for FSDP 2 only; accel for every
+    distributed kind: the workers decide what they can run). Empty when not wanted."""
+    if not ask.confirm("Do you want to use ParallelismConfig?", False):
+        return {}
+    section = {
+        "parallelism_config_dp_replicate_size": ask.integer(
+            "What is the data parallelism replicate size?", 1, 1
+        ),
+        "parallelism_config_dp_shard_size": ask.integer("What is the FSDP shard size?", 1, 1),
+        "parallelism_config_tp_size": ask.integer("What is the tensor parallelism size?", 1, 1),
+        "parallelism_config_cp_size": ask.integer("What is the context parallelism size?", 1, 1),
+    }
+    if section["parallelism_config_cp_size"] > 1:
+        section["parallelism_config_cp_comm_strategy"] = ask.select(
+            "Which context parallelism communication strategy?",
+            list(CP_COMM_STRATEGIES),
+            "allgather",
+        )
+    return section
+
+
 #: The questions asked for an engine, by strategy name, and whether it runs on GPUs; an engine
 #: not listed here gets no questions of its own.
 _ENGINE_QUESTIONS: dict[str, tuple[Callable[[_Asker, Any], dict[str, Any]], bool]] = {
@@ -198,6 +225,10 @@ def ask_config() -> dict[str, Any]:
             config[described.config_section] = answers
         else:
             config.update(answers)
+    if kind != "NO":
+        parallelism = _parallelism(ask)
+        if parallelism:
+            config["parallelism_config"] = parallelism
     gpus = count_cuda_devices()
     machines = int(config.get("num_machines", 1))
     if kind == "NO":

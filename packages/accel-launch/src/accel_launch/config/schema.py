@@ -38,6 +38,10 @@ DYNAMO_BACKENDS = (
     "tvm",
 )
 DYNAMO_MODES = ("default", "reduce-overhead", "max-autotune")
+# ParallelismConfig's allowed values (Accelerate 1.15's ParallelismConfig and its CP handler)
+CP_BACKENDS = ("torch",)
+CP_COMM_STRATEGIES = ("allgather", "alltoall")
+SP_BACKENDS = ("deepspeed",)
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,8 @@ class Field:
     #: kept as read: an engine's free-text option (FSDP's ``fsdp_reshard_after_forward`` is
     #: true/false for FSDP 2, a strategy name for FSDP 1)
     scalars: bool = False
+    #: the smallest value an ``int`` takes (0 when unset)
+    minimum: int | None = None
 
 
 def _f(kind: str, choices: tuple[Any, ...] | None = None, help: str = "") -> Field:
@@ -66,8 +72,36 @@ DYNAMO_KEYS: dict[str, Field] = {
     "dynamo_use_regional_compilation": _f("bool", help="compile repeated blocks once"),
 }
 
+
+def _size(help: str) -> Field:
+    return Field("int", None, True, help, minimum=1)
+
+
+#: Accelerate's ``parallelism_config`` section; its keys are the names of the launch options.
+PARALLELISM_KEYS: dict[str, Field] = {
+    "parallelism_config_dp_replicate_size": _size("data-parallel replicas (DDP-style copies)"),
+    "parallelism_config_dp_shard_size": _size("processes each model is sharded over (FSDP)"),
+    "parallelism_config_tp_size": _size("tensor-parallel size"),
+    "parallelism_config_cp_size": _size("context-parallel size"),
+    "parallelism_config_cp_backend": _f("str", CP_BACKENDS, "context-parallel backend"),
+    "parallelism_config_cp_comm_strategy": _f(
+        "str", CP_COMM_STRATEGIES, "context-parallel communication (with cp_size > 1)"
+    ),
+    "parallelism_config_sp_size": _size("sequence-parallel size"),
+    "parallelism_config_sp_backend": _f("str", SP_BACKENDS, "sequence-parallel backend"),
+    "parallelism_config_sp_seq_length": _size(
+        "sequence length when every batch has the same one (with sp_size > 1)"
+    ),
+    "parallelism_config_sp_seq_length_is_variable": _f(
+        "bool", help="the sequence length may change between batches (with sp_size > 1)"
+    ),
+    "parallelism_config_sp_attn_implementation": _f(
+        "str", help="attention of sequence parallelism: sdpa, flash_attention_2, ... (sp_size > 1)"
+    ),
+}
+
 #: Keys Accelerate knows and accel accepts only when empty (features out of accel's scope).
-UNSUPPORTED_SECTIONS = ("megatron_lm_config", "parallelism_config", "mpirun_config", "ipex_config")
+UNSUPPORTED_SECTIONS = ("megatron_lm_config", "mpirun_config", "ipex_config")
 
 TOP_KEYS: dict[str, Field] = {
     "compute_environment": _f("str", ("LOCAL_MACHINE",), "where the job runs"),
@@ -101,6 +135,9 @@ TOP_KEYS: dict[str, Field] = {
     "tpu_vm": _f("list", help="TPU pods (accepted, not used by accel)"),
     "tpu_env": _f("list", help="TPU pods (accepted, not used by accel)"),
     "dynamo_config": _f("dict", help="torch.compile options (section below)"),
+    "parallelism_config": _f(
+        "dict", help="ParallelismConfig sizes (section below); a non-empty section turns it on"
+    ),
     **{
         name: _f("dict", help="out of scope: accepted only when empty")
         for name in UNSUPPORTED_SECTIONS
@@ -108,7 +145,10 @@ TOP_KEYS: dict[str, Field] = {
 }
 
 #: The launcher's own sections; each installed engine adds its own (:func:`sections`).
-BASE_SECTIONS: dict[str, dict[str, Field]] = {"dynamo_config": DYNAMO_KEYS}
+BASE_SECTIONS: dict[str, dict[str, Field]] = {
+    "dynamo_config": DYNAMO_KEYS,
+    "parallelism_config": PARALLELISM_KEYS,
+}
 _KINDS = {"flag": "bool"}
 
 
@@ -205,8 +245,9 @@ def coerce(where: str, key: str, value: object, spec: Field) -> object:
             raise _bad_value(where, key, value, "an integer") from None
         if spec.choices is not None and number not in spec.choices:
             raise _bad_value(where, key, value, "one of " + ", ".join(map(str, spec.choices)))
-        if spec.choices is None and number < 0:
-            raise _bad_value(where, key, value, "an integer >= 0")
+        lowest = 0 if spec.minimum is None else spec.minimum
+        if spec.choices is None and number < lowest:
+            raise _bad_value(where, key, value, f"an integer >= {lowest}")
         return number
     if kind == "float":
         if isinstance(value, bool):

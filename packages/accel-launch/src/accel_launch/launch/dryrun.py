@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import shlex
 
-from accel_launch.launch import agent, engine_settings
+from accel_launch.launch import agent, engine_settings, parallelism
 from accel_launch.launch.resolve import LaunchPlan, Value
 from accel_launch.launch.workerenv import torch_environment
 
@@ -19,11 +19,16 @@ def format_plan(
         ("processes on this machine", plan.nproc_per_node, "num_processes / num_machines"),
         ("world size", plan.world_size, "num_processes"),
     ]
+    parallelism_on = bool(plan.values["use_parallelism_config"].value)
     for name, value in plan.values.items():
         if name == "main_process_port" and port is not None:
             value = port
+        if name == "strategy" and value.value is None and parallelism_on:
+            value = Value("(the workers choose)", "parallelism_config's dimensions")
         if value.value is None:
             continue
+        if name.startswith(parallelism.PREFIX) and not parallelism_on:
+            continue  # ParallelismConfig is off: its rows would only repeat defaults
         rows.append((name, value.value, value.source))
     width = max(len(name) for name, _, _ in rows)
     value_width = max(len(str(value)) for _, value, _ in rows)

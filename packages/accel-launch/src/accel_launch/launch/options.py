@@ -10,13 +10,13 @@ launcher's own options (:data:`BASE_OPTIONS`) and, from each installed engine's 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from accel_launch.config import schema
-from accel_launch.launch import engines
+from accel_launch.launch import engines, parallelism
 
 if TYPE_CHECKING:
     from accel_core.engine_description import EngineDescription
@@ -40,6 +40,7 @@ class Option:
     default: Any = None
     aliases: tuple[str, ...] = ()
     chooses: str | None = None
+    minimum: int | None = None  # the smallest value of an int
 
 
 GROUPS = {
@@ -47,6 +48,10 @@ GROUPS = {
     "resources": "Resources: how many processes, threads and devices",
     "distributed": "Distributed: machines and rendezvous",
     "training": "Training: precision, compilation, checks",
+    "parallelism": (
+        "ParallelismConfig (any --parallelism_config_* option implies --use_parallelism_config; "
+        "the workers get PARALLELISM_CONFIG_*)"
+    ),
     "output": "Output and logs",
     "compat": "Hugging Face Accelerate compatibility",
 }
@@ -222,6 +227,30 @@ BASE_OPTIONS: tuple[Option, ...] = (
         default=False,
     ),
     _O(
+        "use_parallelism_config",
+        "parallelism",
+        "Give the workers the ParallelismConfig sizes below "
+        "(ACCELERATE_USE_PARALLELISM_CONFIG=true and PARALLELISM_CONFIG_*). Also on with any "
+        "--parallelism_config_* option or a non-empty parallelism_config section in the config "
+        "file. Unlike Accelerate, any strategy takes it: "
+        "the workers decide what they can run.",
+        "flag",
+        default=False,
+    ),
+    *(
+        _O(
+            key,
+            "parallelism",
+            field.help[0].upper() + field.help[1:] + ". Implies --use_parallelism_config.",
+            field.kind,
+            choices=field.choices,
+            config_key=(parallelism.SECTION, key),
+            default=parallelism.DEFAULTS[key.removeprefix(parallelism.PREFIX)],
+            minimum=field.minimum,
+        )
+        for key, field in schema.PARALLELISM_KEYS.items()
+    ),
+    _O(
         "hang_report_after",
         "output",
         "Print which rank waits in which collective (and which ranks are in none) once a "
@@ -327,6 +356,23 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
 
 
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            number = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if number < minimum:
+            raise argparse.ArgumentTypeError(
+                f"{number} is below {minimum}; expected an integer >= {minimum}"
+            )
+        return number
+
+    return parse
+
+
 def _flag_names(option: Option) -> list[str]:
     names = [f"--{option.name}"]
     dashed = "--" + option.name.replace("_", "-")
@@ -361,7 +407,11 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                 help=help_text,
             )
             continue
-        converter = {"int": int, "float": float, "bool": parse_bool}.get(option.kind, str)
+        converter: Callable[[str], Any] = {"int": int, "float": float, "bool": parse_bool}.get(
+            option.kind, str
+        )
+        if option.minimum is not None:
+            converter = _at_least(option.minimum)
         group.add_argument(
             *names,
             dest=option.name,

@@ -4,25 +4,31 @@ Each takes the ``argparse.Namespace`` of a launch (from ``accel launch``'s parse
 and returns what ``accel launch`` would use for it: the command of the one process and the
 worker environment (``ACCEL_*`` variables, docs/reference/environment.md), resolved from the
 namespace, the environment and the config file the namespace names (or the default one), flags
-first. Like Accelerate's, the multi-process helpers also set torchrun's fields on the namespace
-(``nproc_per_node``, ``nnodes``, ``node_rank``, ``master_addr``/``master_port`` or
-``rdzv_endpoint``) and settle ``main_process_port`` (0 or unset: a free port on one machine).
+first. With ParallelismConfig on (``use_parallelism_config``, a ``parallelism_config_*`` value or
+the config file's section) the environment has the ``PARALLELISM_CONFIG_*`` variables of
+:func:`prepare_extend_env_parallelism_config` too, in every helper. Like Accelerate's, the
+multi-process helpers also set torchrun's fields on the namespace (``nproc_per_node``,
+``nnodes``, ``node_rank``, ``master_addr``/``master_port`` or ``rdzv_endpoint``) and settle
+``main_process_port`` (0 or unset: a free port on one machine).
 
-Where accel differs from Accelerate: the environment has our variables, not ``ACCELERATE_*``;
+Where accel differs from Accelerate: the environment has our variables, not ``ACCELERATE_*``
+(but ``ACCELERATE_USE_PARALLELISM_CONFIG``, which ``ParallelismConfig`` reads);
 mpirun and DeepSpeed's own multi-machine launchers are refused (accel starts every machine's
 processes through torch's elastic agent); a busy ``main_process_port`` is an error, not a
-silent switch to another port.
+silent switch to another port; ParallelismConfig does not need FSDP 2 (the worker decides).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Mapping
 
 from accel_launch.config import schema
 from accel_launch.errors import AccelLaunchError
 from accel_launch.launch import agent
+from accel_launch.launch.parallelism import (
+    prepare_extend_env_parallelism_config as prepare_extend_env_parallelism_config,
+)
 from accel_launch.launch.resolve import LaunchPlan
 from accel_launch.launch.workerenv import accel_environment, settle_port
 
@@ -121,10 +127,7 @@ def prepare_multi_gpu_env(args: argparse.Namespace) -> dict[str, str]:
     ``args``. Raises ``AccelLaunchError`` for a busy ``main_process_port`` on the main machine."""
     plan = _plan(args)
     _set_torchrun_fields(args, plan)
-    env = _worker_environment(plan)
-    if getattr(args, "use_parallelism_config", False):
-        env = prepare_extend_env_parallelism_config(args, env)
-    return env
+    return _worker_environment(plan)
 
 
 def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[None, dict[str, str]]:
@@ -143,10 +146,7 @@ def prepare_deepspeed_cmd_env(args: argparse.Namespace) -> tuple[None, dict[str,
             "launcher); run accel launch on each machine with --machine_rank"
         )
     _set_torchrun_fields(args, plan)
-    env = _worker_environment(plan)
-    if getattr(args, "use_parallelism_config", False):
-        env = prepare_extend_env_parallelism_config(args, env)
-    return None, env
+    return None, _worker_environment(plan)
 
 
 def prepare_tpu(
@@ -174,45 +174,6 @@ def _on_tpu() -> bool:
     import torch_xla.runtime as xr
 
     return str(xr.device_type()) == "TPU"
-
-
-# name of Accelerate's launch argument (after parallelism_config_) -> its default
-_PARALLELISM_ARGUMENTS: Mapping[str, object] = {
-    "dp_replicate_size": 1,
-    "dp_shard_size": 1,
-    "tp_size": 1,
-    "cp_size": 1,
-    "cp_backend": "torch",
-    "sp_size": 1,
-    "sp_backend": "deepspeed",
-}
-
-
-def prepare_extend_env_parallelism_config(
-    args: argparse.Namespace, current_env: dict[str, str]
-) -> dict[str, str]:
-    """Add the ``PARALLELISM_CONFIG_*`` variables ``ParallelismConfig`` reads, from ``args``'
-    ``parallelism_config_*`` fields (Accelerate's defaults when absent); returns ``current_env``."""
-
-    def get(name: str, default: object = None) -> object:
-        return getattr(args, f"parallelism_config_{name}", default)
-
-    current_env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
-    for name, default in _PARALLELISM_ARGUMENTS.items():
-        current_env[f"PARALLELISM_CONFIG_{name.upper()}"] = str(get(name, default))
-    if int(str(get("cp_size", 1))) > 1:
-        current_env["PARALLELISM_CONFIG_CP_COMM_STRATEGY"] = str(
-            get("cp_comm_strategy", "allgather")
-        )
-    if int(str(get("sp_size", 1))) > 1:
-        current_env["PARALLELISM_CONFIG_SP_SEQ_LENGTH"] = str(get("sp_seq_length"))
-        current_env["PARALLELISM_CONFIG_SP_SEQ_LENGTH_IS_VARIABLE"] = str(
-            get("sp_seq_length_is_variable", True)
-        )
-        current_env["PARALLELISM_CONFIG_SP_ATTN_IMPLEMENTATION"] = str(
-            get("sp_attn_implementation")
-        )
-    return current_env
 
 
 def env_var_path_add(env_var_name: str, path_to_add: str | os.PathLike[str]) -> str:

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from accel_launch.errors import AccelLaunchError
-from accel_launch.launch import engines
-from accel_launch.launch.options import launch_options, parse_bool
+from accel_launch.launch import engines, parallelism
+from accel_launch.launch.options import Option, launch_options, parse_bool
 from accel_launch.launch.slurm import slurm_layout
 
 
@@ -109,7 +109,39 @@ def _resolve_values(
             values[option.name] = Value(from_file, f"config file {where}")
             continue
         values[option.name] = Value(option.default, "default")
+    for option in launch_options():
+        _check_minimum(option, values[option.name])
     return values
+
+
+def _check_minimum(option: Option, value: Value) -> None:
+    """Raise AccelLaunchError when an option with a minimum has a smaller (or no integer) value;
+    argparse checks the flags of ``accel launch``, this also those of other namespaces."""
+    if option.minimum is None or value.value is None:
+        return
+    try:
+        allowed = not isinstance(value.value, bool) and int(value.value) >= option.minimum
+    except (TypeError, ValueError):
+        allowed = False
+    if not allowed:
+        raise AccelLaunchError(
+            f"--{option.name} {value.value!r} ({value.source}) is not allowed; expected an "
+            f"integer >= {option.minimum}"
+        )
+
+
+def _parallelism_switch(values: dict[str, Value], config: Mapping[str, Any], where: str) -> Value:
+    """Whether the workers get ParallelismConfig's variables: ``--use_parallelism_config``, else
+    any ``--parallelism_config_*`` flag, else a non-empty ``parallelism_config`` section."""
+    switch = values["use_parallelism_config"]
+    if switch.source != "default":
+        return switch
+    for name, value in values.items():
+        if name.startswith(parallelism.PREFIX) and value.source == "flag":
+            return Value(True, f"implied by --{name}")
+    if config.get(parallelism.SECTION):
+        return Value(True, f"config file {where}: {parallelism.SECTION} section")
+    return switch
 
 
 def _chosen_strategy(values: dict[str, Value], config: Mapping[str, Any], where: str) -> Value:
@@ -191,6 +223,7 @@ def resolve(
     """Decide every launch value and its source; raise AccelLaunchError for inconsistent ones."""
     where = config_file or "(none)"
     values = _resolve_values(flags, environ, config, where)
+    values["use_parallelism_config"] = _parallelism_switch(values, config, where)
     strategy = _chosen_strategy(values, config, where)
     kind = _distributed_type(strategy, values, config, where)
     machines = int(values["num_machines"].value)
@@ -232,7 +265,10 @@ def resolve(
         kind = Value(multi, values["num_processes"].source)
     if kind.value == "MULTI_CPU" and not use_cpu:
         values["cpu"] = Value(True, f"distributed type {kind.value}")
-    if strategy.value is None and kind.value in engines.BUILT_IN_TYPES:
+    # With a ParallelismConfig and no strategy named, the workers choose: its dimensions say
+    # which strategy trains over them (ddp for dp_replicate alone, fsdp for dp_shard or tp).
+    left_to_workers = bool(values["use_parallelism_config"].value) and total > 1
+    if strategy.value is None and kind.value in engines.BUILT_IN_TYPES and not left_to_workers:
         strategy = Value(engines.BUILT_IN_TYPES[kind.value], kind.source)
     if strategy.value == "single_device" and total > 1:
         raise AccelLaunchError(

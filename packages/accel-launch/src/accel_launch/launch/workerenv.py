@@ -6,11 +6,12 @@ torch's elastic agent adds its own per process (``RANK``, ``LOCAL_RANK``, ``WORL
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from accel_launch import accelerate_alias
 from accel_launch.errors import AccelLaunchError
-from accel_launch.launch import engines
+from accel_launch.launch import engines, parallelism
 from accel_launch.launch.engine_settings import sources_variable
 from accel_launch.launch.options import launch_options
 from accel_launch.launch.ports import free_port, is_port_in_use
@@ -24,7 +25,9 @@ def _flag(value: object) -> str:
 
 
 def accel_environment(plan: LaunchPlan) -> dict[str, str]:
-    """The ``ACCEL_*`` variables (and ``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``) for a plan."""
+    """The ``ACCEL_*`` variables (and ``OMP_NUM_THREADS``, ``CUDA_VISIBLE_DEVICES``) for a plan;
+    with ParallelismConfig on, also ``ACCELERATE_USE_PARALLELISM_CONFIG`` and the
+    ``PARALLELISM_CONFIG_*`` variables."""
     env = {
         "ACCEL_USE_CPU": _flag(plan["cpu"]),
         "ACCEL_MIXED_PRECISION": str(plan["mixed_precision"]),
@@ -55,6 +58,9 @@ def accel_environment(plan: LaunchPlan) -> dict[str, str]:
         env["CUDA_VISIBLE_DEVICES"] = str(gpu_ids)
     if plan["as_accelerate"]:
         env.update(accelerate_alias.worker_variables())
+    if plan["use_parallelism_config"]:
+        chosen = {name: value.value for name, value in plan.values.items()}
+        parallelism.prepare_extend_env_parallelism_config(argparse.Namespace(**chosen), env)
     return env
 
 
