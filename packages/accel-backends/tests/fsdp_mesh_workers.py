@@ -160,15 +160,17 @@ def hsdp_versus_ddp_and_resume() -> None:
 
 
 def tensor_parallel_mesh_then_refused() -> None:
-    """``ParallelismConfig(tp_size=2)`` on 2 processes: the Accelerator and the mesh are built,
-    ``prepare`` refuses; writes each process's facts."""
+    """``ParallelismConfig(tp_size=2)`` on 2 processes: under ddp (named) the Accelerator and the
+    mesh are built and ``prepare`` refuses the dimension; with no strategy named fsdp is chosen,
+    and ``prepare`` refuses a model that is not split and comes without a plan. Writes each
+    process's facts."""
     from accel_backends import ParallelismConfig
     from accel_core import Accelerator
-    from accel_core.out_of_scope import OutOfScopeError
+    from accel_core.state import AcceleratorState
 
     out = Path(sys.argv[1])
     config = ParallelismConfig(tp_size=2)
-    accelerator = Accelerator(parallelism_config=config)
+    accelerator = Accelerator(parallelism_config=config, strategy="ddp")
     mesh = accelerator.torch_device_mesh
     facts: dict[str, object] = {
         "strategy": accelerator.strategy.name,
@@ -178,11 +180,17 @@ def tensor_parallel_mesh_then_refused() -> None:
         "tensor_parallel_rank": accelerator.tensor_parallel_rank,
         "data_parallel_rank": accelerator.data_parallel_rank,
     }
-    try:
-        accelerator.prepare(new_model())
-    except OutOfScopeError as error:
-        facts["refused"] = str(error)
-    facts["models"] = len(accelerator._models)
+    for name in ("ddp", "default"):
+        try:
+            accelerator.prepare(new_model())
+        except NotImplementedError as error:  # OutOfScopeError is one
+            facts[f"refused_{name}"] = str(error)
+        facts[f"models_{name}"] = len(accelerator._models)
+        if name == "ddp":
+            AcceleratorState._reset_state()  # keeps the process group
+            accelerator = Accelerator(parallelism_config=ParallelismConfig(tp_size=2))
+            facts["chosen"] = accelerator.strategy.name
+            facts["dims_chosen"] = list(accelerator.torch_device_mesh.mesh_dim_names)
     rank = accelerator.process_index
     (out / f"tp{rank}.json").write_text(json.dumps(facts))
     accelerator.end_training()

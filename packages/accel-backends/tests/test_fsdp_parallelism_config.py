@@ -187,11 +187,11 @@ def test_tensor_context_and_sequence_sizes_count_towards_the_world_size(fresh_st
     assert not torch.distributed.is_initialized()
 
 
-def test_tensor_parallel_size_builds_the_mesh_and_prepare_refuses(tmp_path):
+def test_tensor_parallel_size_builds_the_mesh_and_prepare_says_what_is_missing(tmp_path):
     _run(2, "tensor_parallel_mesh_then_refused", [str(tmp_path)])
     for rank in range(2):
         facts = json.loads((tmp_path / f"tp{rank}.json").read_text())
-        refused = facts.pop("refused")
+        refused_ddp, refused_default = facts.pop("refused_ddp"), facts.pop("refused_default")
         assert facts == {
             "strategy": "ddp",
             "dims": ["tp"],  # Accelerate's mesh for tp_size=2 alone
@@ -199,12 +199,19 @@ def test_tensor_parallel_size_builds_the_mesh_and_prepare_refuses(tmp_path):
             "in_config": True,
             "tensor_parallel_rank": rank,
             "data_parallel_rank": 0,
-            "models": 0,
+            "models_ddp": 0,
+            "chosen": "fsdp",  # nothing named: the installed strategy that lists tp
+            "dims_chosen": ["tp"],
+            "models_default": 0,
         }
-        assert refused.startswith(
-            "Tensor parallelism (ParallelismConfig(tp_size=2)) is out of scope in accel"
+        assert refused_ddp.startswith(
+            "Tensor parallelism (ParallelismConfig(tp_size=2)) is not run by strategy 'ddp': "
+            "tensor parallelism runs under the fsdp strategy of accel-backends"
         )
-        assert "the device mesh is built (accelerator.torch_device_mesh)" in refused
+        assert "The device mesh is built (accelerator.torch_device_mesh)" in refused_ddp
+        assert refused_default.startswith(
+            "ParallelismConfig(tp_size=2): Net has no tensor-parallel parameters (no DTensor)"
+        )
 
 
 @pytest.mark.parametrize("replicas", [2, 1], ids=["replicate-only", "size-one"])

@@ -7,7 +7,8 @@ PyTorch model split by a ``parallelize_module`` plan given as ``parallelize_fn``
 transformers Llama loaded whole, split by the same kind of plan) or ``llama-recipe``
 (Accelerate's recipe: ``from_pretrained(path, tp_plan="auto", tp_size=...,
 device_mesh=accelerator.torch_device_mesh)``; transformers builds its own mesh, so only where
-tp_size is the number of processes).
+tp_size is the number of processes), or ``llama-distributed`` (transformers splits and shards it
+itself: ``DistributedConfig(tp_size=..., fsdp_size=...)``; ``prepare`` leaves the sharding).
 
 Every process also trains the same model whole, in one process of plain PyTorch over the same
 global batches (the reference); rank 0 writes ``OUT/result.json`` with both runs' losses, gradient
@@ -16,7 +17,8 @@ norms and weights' largest difference, and the gathered evaluation. Everything i
 Options: ``--steps N``; ``--save DIR`` (``save_state`` and ``save_model`` after training);
 ``--load DIR`` (``load_state`` before training, which goes on from the step saved there);
 ``--checkpoint-every K`` with ``--die-after K`` (SIGKILL every process after that step) or
-``--resume`` (continue from the latest automatic checkpoint in OUT/project).
+``--resume`` (continue from the latest automatic checkpoint in OUT/project); ``--refusals``
+(first prepare two models ``prepare`` refuses, and report its messages).
 """
 
 from __future__ import annotations
@@ -139,6 +141,14 @@ def new_model(kind: str, path: Path | None, accelerator: Accelerator | None) -> 
             tp_plan="auto",
             device_mesh=accelerator.torch_device_mesh,
         )
+    if kind == "llama-distributed" and accelerator is not None:
+        from transformers import DistributedConfig
+
+        config = accelerator.parallelism_config
+        distributed = DistributedConfig(tp_size=config.tp_size, fsdp_size=config.dp_shard_size)
+        return LlamaForCausalLM.from_pretrained(
+            path, dtype=torch.float64, distributed_config=distributed
+        )
     return LlamaForCausalLM.from_pretrained(path, dtype=torch.float64)
 
 
@@ -189,17 +199,42 @@ def reference(kind: str, path: Path | None, steps: int, samples: int) -> dict[st
     }
 
 
+def refused_models(accelerator: Accelerator) -> dict[str, str]:
+    """What ``prepare`` says to a model it can't split: one whole without a plan, and one split
+    over a mesh of its own (not ``accelerator.torch_device_mesh``)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    config = accelerator.parallelism_config
+    found = {}
+    planned, config.tp_handler = config.tp_handler, TorchTensorParallelConfig()
+    try:
+        accelerator.prepare(MLP())
+    except NotImplementedError as error:
+        found["whole"] = str(error)
+    finally:
+        config.tp_handler = planned
+    own = init_device_mesh("cpu", (2, 2), mesh_dim_names=("other", "tp"))
+    split = MLP()
+    mlp_plan(split, own["tp"])
+    try:
+        accelerator.prepare(split)
+    except ValueError as error:
+        found["own_mesh"] = str(error)
+    return found
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("out", type=Path)
     parser.add_argument("layout", choices=[*sorted(LAYOUTS), "launch"])
-    parser.add_argument("model", choices=("mlp", "llama", "llama-recipe"))
+    parser.add_argument("model", choices=("mlp", "llama", "llama-recipe", "llama-distributed"))
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--save", type=Path)
     parser.add_argument("--load", type=Path)
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--die-after", type=int, default=-1)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--refusals", action="store_true")
     args = parser.parse_args()
     torch.set_default_dtype(torch.float64)
     kind = args.model
@@ -219,6 +254,7 @@ def main() -> None:
             fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2),
             project_config=project,
         )
+    refusals = refused_models(accelerator) if args.refusals else {}
     path = llama_path(args.out) if kind != "mlp" else None
     samples = SAMPLES
     data_parallel = accelerator.parallelism_config.data_parallel_size
@@ -284,6 +320,7 @@ def main() -> None:
             "predictions_shape": list(predictions.shape),
             "prediction_difference": (predictions - expected["predictions"]).abs().max().item(),
             "processes": all_facts,
+            "refusals": refusals,
         }
         torch.save(state, args.out / "weights.pt")
         (args.out / "result.json").write_text(json.dumps(result))

@@ -118,8 +118,16 @@ def test_a_2_x_2_checkpoint_loads_on_2_processes_and_training_goes_on_exactly(
 
 
 def test_dp_replicate_2_x_tp_2_trains_like_one_process(tmp_path):
-    result = _run(4, tmp_path, "replicate2xtp2", "mlp", "--steps", "3")
+    result = _run(4, tmp_path, "replicate2xtp2", "mlp", "--steps", "3", "--refusals")
     _assert_matches_one_process(result)
+    # refused first, on the same Accelerator, which then trains as if they never came
+    refusals = result["refusals"]
+    assert refusals["whole"].startswith(
+        "ParallelismConfig(tp_size=2): MLP has no tensor-parallel parameters (no DTensor); "
+        "split it before prepare"
+    )
+    assert "TorchTensorParallelConfig(parallelize_fn=fn)" in refusals["whole"]
+    assert refusals["own_mesh"].startswith("the model is split over a device mesh of its own")
     facts = result["processes"]
     # copies of the tensor-parallel model: HSDP over groups of one keeps each one whole
     assert [f["mesh"] for f in facts] == [["dp_replicate", "dp_shard", "tp"]] * 4
@@ -131,6 +139,14 @@ def test_dp_replicate_2_x_tp_2_trains_like_one_process(tmp_path):
 
 def test_a_transformers_llama_split_by_a_plan_trains_like_one_process(tmp_path):
     result = _run(4, tmp_path, "shard2xtp2", "llama", "--steps", "3")
+    _assert_matches_one_process(result, loss_relative=1e-6)
+
+
+def test_a_llama_transformers_split_and_sharded_itself_trains_like_one_process(tmp_path):
+    """``DistributedConfig(tp_size=2, fsdp_size=2)``: transformers leaves its parameters on two
+    meshes (``fsdp`` x ``tp`` and ``fsdp``); ``prepare`` keeps its sharding, clipping takes the
+    norm mesh by mesh."""
+    result = _run(4, tmp_path, "shard2xtp2", "llama-distributed", "--steps", "3")
     _assert_matches_one_process(result, loss_relative=1e-6)
 
 

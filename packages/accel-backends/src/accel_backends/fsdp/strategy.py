@@ -63,6 +63,7 @@ from accel_backends.fsdp.accumulation import (
     gradient_sync_off,
     restore_accumulated_gradients,
 )
+from accel_backends.fsdp.clipping import clip_grad_norm_over_meshes
 from accel_backends.fsdp.mesh import FSDPMeshes, fsdp_meshes
 from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin, refuse_local_state_dict
 from accel_backends.fsdp.sharding import (
@@ -315,11 +316,14 @@ class FSDPStrategy(Strategy):
         parameters: Iterable[torch.nn.Parameter] | None = None,
     ) -> torch.Tensor:
         """Clip over every shard (torch's ``clip_grad_norm_`` reduces DTensor norms across the
-        mesh); returns the total norm before clipping as a plain tensor."""
-        norm = super().clip_gradients_norm(
-            module, optimizer, max_norm, norm_type, parameters=parameters
-        )
-        return _full(norm)
+        mesh; parameters on several meshes, as transformers leaves a model it split and sharded
+        itself, are taken mesh by mesh: :mod:`accel_backends.fsdp.clipping`); returns the total
+        norm before clipping as a plain tensor."""
+        if parameters is None:
+            if module is None:
+                raise ValueError("clip_gradients_norm needs a module or parameters")
+            parameters = module.parameters()
+        return clip_grad_norm_over_meshes(parameters, max_norm, norm_type)
 
     def teardown(self) -> None:
         """Destroy the one-process group ``setup_environment`` formed, if it formed one."""
@@ -500,7 +504,16 @@ class FSDP2Strategy(FSDPStrategy):
                     "with tensor parallelism (tp_size > 1): the model is split before it is "
                     "sharded; turn it off"
                 )
-            split_model(inner, self.tp_mesh, self._parallelize_fn())
+            split_over = split_model(inner, self.tp_mesh, self._parallelize_fn())
+            if self.mesh is not None and not _same_root(split_over, self.tp_mesh):
+                raise ValueError(
+                    "the model is split over a device mesh of its own (transformers builds one "
+                    "when it splits a model while loading), which FSDP can't combine with the "
+                    "data-parallel dimensions of accelerator.torch_device_mesh: load it whole and "
+                    "split it over accelerator.torch_device_mesh['tp'] (TorchTensorParallelConfig("
+                    "parallelize_fn=...)), or let transformers shard it too (DistributedConfig("
+                    "tp_size=..., fsdp_size=...))"
+                )
         if self.mesh is not None:
             shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32)
         elif upcast_to_fp32:
@@ -698,13 +711,12 @@ def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> S
     return StateDictOptions(full_state_dict=full, cpu_offload=cpu_offload, strict=strict)
 
 
+def _same_root(a: DeviceMesh, b: DeviceMesh) -> bool:
+    """Whether two meshes are views of one mesh (FSDP2 combines only those)."""
+    return a._get_root_mesh() is b._get_root_mesh()
+
+
 def _is_sharded(model: torch.nn.Module) -> bool:
     from torch.distributed.fsdp import FSDPModule
 
     return isinstance(model, FSDPModule)
-
-
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
-
-    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
