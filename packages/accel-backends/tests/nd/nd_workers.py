@@ -201,7 +201,7 @@ def reference(kind: str, path: Path | None, steps: int, samples: int) -> dict[st
 
 def refused_models(accelerator: Accelerator) -> dict[str, str]:
     """What ``prepare`` says to a model it can't split: one whole without a plan, and one split
-    over a mesh of its own (not ``accelerator.torch_device_mesh``)."""
+    over other groups of processes than the ``tp`` groups of ``accelerator.torch_device_mesh``."""
     from torch.distributed.device_mesh import init_device_mesh
 
     config = accelerator.parallelism_config
@@ -213,7 +213,8 @@ def refused_models(accelerator: Accelerator) -> dict[str, str]:
         found["whole"] = str(error)
     finally:
         config.tp_handler = planned
-    own = init_device_mesh("cpu", (2, 2), mesh_dim_names=("other", "tp"))
+    # tp groups {0, 2} and {1, 3}, where the Accelerator's are {0, 1} and {2, 3}
+    own = init_device_mesh("cpu", (2, 2), mesh_dim_names=("tp", "other"))
     split = MLP()
     mlp_plan(split, own["tp"])
     try:

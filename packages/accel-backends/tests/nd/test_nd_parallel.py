@@ -127,7 +127,12 @@ def test_dp_replicate_2_x_tp_2_trains_like_one_process(tmp_path):
         "split it before prepare"
     )
     assert "TorchTensorParallelConfig(parallelize_fn=fn)" in refusals["whole"]
-    assert refusals["own_mesh"].startswith("the model is split over a device mesh of its own")
+    rank_0_facts = result["processes"][0]
+    assert rank_0_facts["rank"] == 0
+    assert refusals["own_mesh"].startswith(
+        "the model is split over the processes [0, 2], but this process's tp group in "
+        "accelerator.torch_device_mesh is [0, 1]"
+    )
     facts = result["processes"]
     # copies of the tensor-parallel model: HSDP over groups of one keeps each one whole
     assert [f["mesh"] for f in facts] == [["dp_replicate", "dp_shard", "tp"]] * 4
@@ -179,3 +184,39 @@ def test_killed_and_resumed_run_matches_the_uninterrupted_one(tmp_path):
     reference = torch.load(tmp_path / "reference" / "weights.pt", weights_only=True)
     final = torch.load(resumed / "weights.pt", weights_only=True)
     assert all(torch.equal(final[k], reference[k]) for k in reference)
+
+
+def test_transformers_trainer_trains_a_model_transformers_split_like_one_process(tmp_path):
+    """``Trainer`` builds ``ParallelismConfig(tp_size=2)`` for a model loaded with
+    ``tp_plan="auto"``; launched as ``accelerate`` (2 processes, no strategy named), accel runs
+    it under FSDP2's tensor parallelism. The logged losses and gradient norms equal one process
+    training the model whole (float64; transformers' loss is float32, hence 1e-6)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=False,
+    )
+    LlamaForCausalLM(config).save_pretrained(tmp_path / "llama")
+    job = Path(__file__).parent / "trainer_job.py"
+    logs = {}
+    for mode, processes in (("whole", "1"), ("tp", "2")):
+        out = tmp_path / mode
+        out.mkdir()
+        command = [
+            *(_accel(), "launch", "--as-accelerate", "--cpu", "--num_processes", processes),
+            *(str(job), str(out), str(tmp_path / "llama"), mode),
+        ]
+        completed = subprocess.run(command, capture_output=True, text=True, timeout=300)
+        assert completed.returncode == 0, completed.stderr[-4000:]
+        logs[mode] = json.loads((out / "log.json").read_text())
+    assert (logs["tp"]["strategy"], logs["tp"]["tp_size"]) == ("FSDP2Strategy", 2)
+    assert len(logs["tp"]["losses"]) == 4
+    assert logs["tp"]["losses"] == pytest.approx(logs["whole"]["losses"], rel=1e-6)
+    assert logs["tp"]["grad_norms"] == pytest.approx(logs["whole"]["grad_norms"], rel=1e-9)

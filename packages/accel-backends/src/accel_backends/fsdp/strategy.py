@@ -505,14 +505,13 @@ class FSDP2Strategy(FSDPStrategy):
                     "sharded; turn it off"
                 )
             split_over = split_model(inner, self.tp_mesh, self._parallelize_fn())
-            if self.mesh is not None and not _same_root(split_over, self.tp_mesh):
+            if not _same_ranks(split_over, self.tp_mesh):
                 raise ValueError(
-                    "the model is split over a device mesh of its own (transformers builds one "
-                    "when it splits a model while loading), which FSDP can't combine with the "
-                    "data-parallel dimensions of accelerator.torch_device_mesh: load it whole and "
-                    "split it over accelerator.torch_device_mesh['tp'] (TorchTensorParallelConfig("
-                    "parallelize_fn=...)), or let transformers shard it too (DistributedConfig("
-                    "tp_size=..., fsdp_size=...))"
+                    f"the model is split over the processes {split_over.mesh.tolist()}, but "
+                    "this process's tp group in accelerator.torch_device_mesh is "
+                    f"{self.tp_mesh.mesh.tolist()} (tp is its innermost dimension): split it "
+                    "over accelerator.torch_device_mesh['tp'] (TorchTensorParallelConfig("
+                    "parallelize_fn=...) is given that mesh)"
                 )
         if self.mesh is not None:
             shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32)
@@ -711,9 +710,10 @@ def _options(*, full: bool, cpu_offload: bool = False, strict: bool = True) -> S
     return StateDictOptions(full_state_dict=full, cpu_offload=cpu_offload, strict=strict)
 
 
-def _same_root(a: DeviceMesh, b: DeviceMesh) -> bool:
-    """Whether two meshes are views of one mesh (FSDP2 combines only those)."""
-    return a._get_root_mesh() is b._get_root_mesh()
+def _same_ranks(a: DeviceMesh, b: DeviceMesh) -> bool:
+    """Whether two one-dimensional meshes group the same processes (FSDP2 combines a model split
+    over either with the data-parallel dimensions; the data follows ``b``'s groups)."""
+    return a.mesh.tolist() == b.mesh.tolist()
 
 
 def _is_sharded(model: torch.nn.Module) -> bool:

@@ -70,8 +70,10 @@ def resolve_strategy(
     Precedence: ``strategy`` (an instance is used as is; a name is created with no options), then
     an Accelerate-style plugin object (``plugins``, e.g. ``{"deepspeed": DeepSpeedPlugin(...)}``,
     given as the ``plugin`` option), then ``ACCEL_STRATEGY`` with ``ACCEL_STRATEGY_CONFIG`` as
-    options, then :func:`default_strategy_name` (``sharded``: the parallelism configuration has
-    ``dp_shard_size > 1``; ``needed``: its dimensions above 1 beyond ``dp_replicate``).
+    options (but a launch's ``ddp`` gives way to the installed strategy that trains over
+    ``needed``, when ddp does not), then :func:`default_strategy_name` (``sharded``: the
+    parallelism configuration has ``dp_shard_size > 1``; ``needed``: its dimensions above 1
+    beyond ``dp_replicate``).
     """
     if isinstance(strategy, Strategy):
         return strategy
@@ -83,6 +85,14 @@ def resolve_strategy(
             if chosen.plugin is None:
                 chosen.plugin = plugin
             return chosen
+    if launch_strategy == "ddp" and needed and not launch_options:
+        # a multi-process launch (ddp, by process count or --multi_gpu) of a script whose
+        # ParallelismConfig asks for dimensions ddp does not train over: the installed strategy
+        # that does (transformers' Trainer builds ParallelismConfig(tp_size=...) for a model
+        # split while loading; Accelerate runs it under its multi-GPU launch)
+        chosen = mesh_strategy_name(needed)
+        if chosen is not None:
+            return create_strategy(chosen, kwargs_handlers=kwargs_handlers)
     if launch_strategy:
         return create_strategy(
             launch_strategy, kwargs_handlers=kwargs_handlers, **dict(launch_options or {})
