@@ -184,3 +184,23 @@ def test_two_processes_build_data_parallel_meshes(tmp_path: Path):
             "rank_in_dp": rank,
             "dp_shard_cp": None,
         }
+
+
+def test_a_launchs_ddp_gives_way_to_the_strategy_that_trains_over_the_dimensions():
+    from accel_core.strategies.resolver import resolve_strategy
+
+    def chosen(strategy: str | None, launched: str | None, needed: set[str]) -> str:
+        return resolve_strategy(
+            strategy,
+            launch_strategy=launched,
+            launch_options=None,
+            world_size=2,
+            needed=frozenset(needed),
+        ).name
+
+    assert chosen(None, "ddp", {"tp"}) == "fsdp"  # Trainer's ParallelismConfig(tp_size=...)
+    assert chosen(None, None, {"tp"}) == "fsdp"
+    assert chosen(None, "ddp", {"cp"}) == "ddp"  # nothing trains over cp: prepare refuses
+    assert chosen(None, "ddp", set()) == "ddp"
+    assert chosen("ddp", None, {"tp"}) == "ddp"  # named in the code: as named
+    assert chosen(None, "deepspeed", {"tp"}) == "deepspeed"  # named by the launch: as named
