@@ -7,9 +7,9 @@ their local paths, siblings included, so a ``tests-<package>`` session proves th
 installs and passes its tests with only what it declares.
 
 Default sessions (what CI runs): every ``tests-<package>``, ``backend-deepspeed``,
-``backend-nd``, ``backend-xla``, ``integration``, ``conformance``, ``ecosystem``, ``stress``, ``profiles``,
-``lint`` and ``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` / ``backend-ddp``
-(one backend's tests alone; the package sessions run them).
+``backend-nd``, ``backend-xla``, ``integration``, ``conformance``, ``ecosystem``, ``stress``,
+``profiles``, ``lint`` and ``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` /
+``backend-ddp`` (one backend's tests alone; the package sessions run them).
 """
 
 from __future__ import annotations
@@ -171,7 +171,9 @@ def backend_nd(session: nox.Session) -> None:
     launch``), each compared with one process of plain PyTorch; checkpoints across meshes and
     kill-and-resume."""
     session.install(*TEST_TOOLS)
-    _install_local(session, ["accel-backends", "accel-launch", "accel-testing"])
+    # accel-kit: transformers splits a model while loading only when ``accelerate`` imports,
+    # which accel's alias answers (no Hugging Face Accelerate in this venv)
+    _install_local(session, ["accel-backends", "accel-launch", "accel-kit", "accel-testing"])
     session.install(TORCH, TRANSFORMERS)
     session.run("pip", "check")
     _pytest(session, str(BACKEND_TESTS / "nd"))

@@ -41,9 +41,19 @@ def _accel() -> str:
     return found
 
 
-def _run(nprocs: int, out: Path, *args: str, killed: bool = False) -> dict:
+#: transformers loads a model split with ``tp_plan`` or ``DistributedConfig`` only when
+#: ``accelerate`` imports: accel stands in for it (accel-kit's alias), as for any user of both.
+AS_ACCELERATE = {"ACCEL_AS_ACCELERATE": "1"}
+
+
+def _run(nprocs: int, out: Path, layout: str, model: str, *args: str, killed: bool = False) -> dict:
     results = run_workers(
-        nprocs, script=WORKER, args=[str(out), *args], timeout=300, check=not killed
+        nprocs,
+        script=WORKER,
+        args=[str(out), layout, model, *args],
+        env=AS_ACCELERATE if model.startswith("llama-") else None,
+        timeout=300,
+        check=not killed,
     )
     if killed:
         codes = [result.returncode for result in results]
@@ -159,7 +169,7 @@ def test_accelerates_recipe_through_accel_launch(tmp_path):
     """``from_pretrained(path, tp_plan="auto", tp_size=2, device_mesh=accelerator.
     torch_device_mesh)`` with the sizes given to ``accel launch`` (``Accelerator()`` reads them)."""
     command = [
-        *(_accel(), "launch", "--cpu", "--num_processes", "2"),
+        *(_accel(), "launch", "--as-accelerate", "--cpu", "--num_processes", "2"),
         *("--use_parallelism_config", "--parallelism_config_tp_size", "2"),
         *(str(WORKER), str(tmp_path), "launch", "llama-recipe", "--steps", "3"),
     ]
