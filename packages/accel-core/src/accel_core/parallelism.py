@@ -34,8 +34,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
@@ -148,12 +148,15 @@ def configured_parallelism(
     return None
 
 
-def _parallelism_config_class(asked_by: str) -> Any:
+def _parallelism_config_class(asked_by: str) -> Callable[..., ParallelismConfigLike]:
     from accel_core.engine_description import installed_engines, load_hook
 
     for description in installed_engines().values():
         if description.parallelism_config_class:
-            return load_hook(description.parallelism_config_class)
+            return cast(
+                "Callable[..., ParallelismConfigLike]",
+                load_hook(description.parallelism_config_class),
+            )
     raise ImportError(
         f"{asked_by} asks for a ParallelismConfig, and no installed engine provides the class: "
         "pip install accel-backends (or pass parallelism_config= yourself)"

@@ -234,7 +234,7 @@ class FSDPStrategy(Strategy):
         return {"num_replicas": data_parallel.size(), "rank": data_parallel.get_local_rank()}
 
     @property
-    def data_parallel_group(self) -> object | None:
+    def data_parallel_group(self) -> torch.distributed.ProcessGroup | None:
         """With tensor parallelism, the group of the mesh's ``dp`` dimension."""
         data_parallel = self._data_parallel_mesh() if self.tp_mesh is not None else None
         return None if data_parallel is None else data_parallel.get_group()

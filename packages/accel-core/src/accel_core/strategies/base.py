@@ -198,7 +198,7 @@ class Strategy(ABC):
         return {"num_replicas": state.num_processes, "rank": state.process_index}
 
     @property
-    def data_parallel_group(self) -> object | None:
+    def data_parallel_group(self) -> torch.distributed.ProcessGroup | None:
         """The process group of the processes reading different batches, which
         ``gather_for_metrics`` gathers over (None: every process, the default). Only read when
         ``distributed_sampler_kwargs`` counts more than one shard."""
