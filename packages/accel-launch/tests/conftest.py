@@ -63,3 +63,13 @@ def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
     monkeypatch.delenv("ACCEL_CONFIG_FILE", raising=False)
     return home
+
+
+@pytest.fixture
+def no_launch_variables(monkeypatch: pytest.MonkeyPatch, config_home: Path) -> None:
+    """No ACCEL_* or torchrun variable and no user config file changes what is resolved (a file
+    asks for it with ``pytestmark = pytest.mark.usefixtures("no_launch_variables")``)."""
+    for name in list(os.environ):
+        if name not in clean_env():
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: launches resolve to CPU

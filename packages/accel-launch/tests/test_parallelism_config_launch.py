@@ -59,13 +59,7 @@ SECTION_VARIABLES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def no_launch_variables(monkeypatch: pytest.MonkeyPatch, config_home: Path) -> None:
-    """No ACCEL_* or torchrun variable and no user config file changes what is resolved."""
-    for name in list(os.environ):
-        if name not in clean_env():
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # no GPU: launches resolve to CPU
+pytestmark = pytest.mark.usefixtures("no_launch_variables")
 
 
 def accel_env(**extra: str) -> dict[str, str]:

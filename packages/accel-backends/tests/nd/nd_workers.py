@@ -103,24 +103,29 @@ def llama_plan(model: torch.nn.Module, tp_mesh: object) -> None:
     parallelize_module(model, tp_mesh, plan)
 
 
-def llama_path(out: Path) -> Path:
-    """A tiny random Llama saved with ``save_pretrained`` (written once, by rank 0)."""
+def tiny_llama() -> torch.nn.Module:
+    """A tiny random Llama (seeded): 2 layers, 4 heads, 2 key-value heads, width 32."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
+    return LlamaForCausalLM(config)
+
+
+def llama_path(out: Path) -> Path:
+    """:func:`tiny_llama` saved with ``save_pretrained`` (written once, by rank 0)."""
     path = out.parent / "llama"
     if dist.get_rank() == 0 and not (path / "config.json").exists():
-        torch.manual_seed(0)
-        config = LlamaConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            max_position_embeddings=64,
-            tie_word_embeddings=False,
-        )
-        LlamaForCausalLM(config).save_pretrained(path)
+        tiny_llama().save_pretrained(path)
     dist.barrier()
     return path
 

@@ -201,19 +201,9 @@ def test_transformers_trainer_trains_a_model_transformers_split_like_one_process
     ``tp_plan="auto"``; launched as ``accelerate`` (2 processes, no strategy named), accel runs
     it under FSDP2's tensor parallelism. The logged losses and gradient norms equal one process
     training the model whole (float64; transformers' loss is float32, hence 1e-6)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from nd_workers import tiny_llama
 
-    torch.manual_seed(0)
-    config = LlamaConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        tie_word_embeddings=False,
-    )
-    LlamaForCausalLM(config).save_pretrained(tmp_path / "llama")
+    tiny_llama().save_pretrained(tmp_path / "llama")
     job = Path(__file__).parent / "trainer_job.py"
     logs = {}
     for mode, processes in (("whole", "1"), ("tp", "2")):

@@ -47,7 +47,6 @@ from accel_core.parallelism import (
     configured_parallelism,
     needed_dimensions,
     setup_device_mesh,
-    wants_sharding,
 )
 from accel_core.precision import Precision
 from accel_core.prepare_api import PrepareMixin
@@ -176,7 +175,6 @@ class Accelerator(
             world_size=self.state.num_processes,
             kwargs_handlers=list(self.handlers.values()),
             plugins=plugins,
-            sharded=wants_sharding(parallelism_config),
             needed=needed_dimensions(parallelism_config),
         )
         check_strategy(parallelism_config, self.strategy)

@@ -172,11 +172,6 @@ def needed_dimensions(config: ParallelismConfigLike | None) -> frozenset[str]:
     return frozenset(n.removesuffix("_size") for n in names if _size(config, n) > 1)
 
 
-def wants_sharding(config: ParallelismConfigLike | None) -> bool:
-    """Whether ``config`` shards the model (``dp_shard_size > 1``)."""
-    return config is not None and _size(config, "dp_shard_size") > 1
-
-
 def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> None:
     """Raise ``ValueError`` when the data-parallel sizes of ``config`` multiply to neither 1 nor
     ``num_processes``. Runs before the strategy is chosen."""

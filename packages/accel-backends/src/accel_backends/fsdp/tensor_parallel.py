@@ -154,35 +154,44 @@ def replicate_remaining(model: torch.nn.Module, mesh: DeviceMesh) -> list[str]:
             module.register_parameter(key, new)
         if not holds_dtensors:
             module.register_forward_pre_hook(_ReplicatedInputs(mesh), with_kwargs=True)
-            module.register_forward_hook(_local_outputs)
+            module.register_forward_hook(_LocalOutputs())
         changed.append(name)
     return changed
 
 
 class _ReplicatedInputs:
-    """A forward pre-hook: plain tensor inputs become DTensors replicated over the mesh."""
+    """A forward pre-hook: plain tensor inputs become DTensors replicated over the mesh (what it
+    needs from torch is looked up once, not at every call)."""
 
     def __init__(self, mesh: DeviceMesh) -> None:
-        self.mesh = mesh
+        from torch.distributed.tensor import DTensor, Replicate
+        from torch.utils._pytree import tree_map
+
+        self.mesh, self.placements = mesh, [Replicate()]
+        self.dtensor, self.tree_map = DTensor, tree_map
 
     def __call__(
         self, module: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        from torch.utils._pytree import tree_map
-
-        return tree_map(self._replicated, args), tree_map(self._replicated, kwargs)
+        return self.tree_map(self._replicated, args), self.tree_map(self._replicated, kwargs)
 
     def _replicated(self, value: object) -> object:
-        from torch.distributed.tensor import DTensor, Replicate
-
-        if isinstance(value, torch.Tensor) and not isinstance(value, DTensor):
-            return DTensor.from_local(value, self.mesh, [Replicate()], run_check=False)
+        if isinstance(value, torch.Tensor) and not isinstance(value, self.dtensor):
+            return self.dtensor.from_local(value, self.mesh, self.placements, run_check=False)
         return value
 
 
-def _local_outputs(module: torch.nn.Module, args: tuple[Any, ...], output: object) -> object:
+class _LocalOutputs:
     """A forward hook: DTensor outputs become this rank's (whole, replicated) tensors."""
-    from torch.distributed.tensor import DTensor
-    from torch.utils._pytree import tree_map
 
-    return tree_map(lambda v: v.to_local() if isinstance(v, DTensor) else v, output)
+    def __init__(self) -> None:
+        from torch.distributed.tensor import DTensor
+        from torch.utils._pytree import tree_map
+
+        self.dtensor, self.tree_map = DTensor, tree_map
+
+    def __call__(self, module: torch.nn.Module, args: tuple[Any, ...], output: object) -> object:
+        return self.tree_map(self._local, output)
+
+    def _local(self, value: object) -> object:
+        return value.to_local() if isinstance(value, self.dtensor) else value

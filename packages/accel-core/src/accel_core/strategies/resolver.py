@@ -43,10 +43,11 @@ def default_strategy_name(
     world_size: int, *, sharded: bool = False, needed: frozenset[str] = frozenset()
 ) -> str:
     """:func:`sharding_strategy_name` when the parallelism configuration shards the model
-    (``sharded``); else, for other dimensions above 1 (``needed``, e.g. ``tp``), the installed
-    engine listing them (:func:`mesh_strategy_name`); else ``ddp`` when the job has more than one
-    process, else ``single_device`` (whose ``prepare`` then refuses what it does not run)."""
-    if sharded:
+    (``sharded``, or ``dp_shard`` among ``needed``); else, for other dimensions above 1
+    (``needed``, e.g. ``tp``), the installed engine listing them (:func:`mesh_strategy_name`);
+    else ``ddp`` when the job has more than one process, else ``single_device`` (whose
+    ``prepare`` then refuses what it does not run)."""
+    if sharded or "dp_shard" in needed:
         return sharding_strategy_name()
     chosen = mesh_strategy_name(needed) if needed else None
     if chosen is not None:
@@ -71,9 +72,9 @@ def resolve_strategy(
     an Accelerate-style plugin object (``plugins``, e.g. ``{"deepspeed": DeepSpeedPlugin(...)}``,
     given as the ``plugin`` option), then ``ACCEL_STRATEGY`` with ``ACCEL_STRATEGY_CONFIG`` as
     options (but a launch's ``ddp`` gives way to the installed strategy that trains over
-    ``needed``, when ddp does not), then :func:`default_strategy_name` (``sharded``: the
-    parallelism configuration has ``dp_shard_size > 1``; ``needed``: its dimensions above 1
-    beyond ``dp_replicate``).
+    ``needed``, when ddp does not), then :func:`default_strategy_name` (``needed``: the
+    parallelism configuration's dimensions above 1 beyond ``dp_replicate``; ``sharded``, the
+    older spelling of ``dp_shard`` among them).
     """
     if isinstance(strategy, Strategy):
         return strategy
