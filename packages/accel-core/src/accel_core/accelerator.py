@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from accel_core import engine_options, metrics, profiling, settings
+from accel_core import engine_options, metrics, preemption, profiling, settings
 from accel_core.accumulation import Accumulation
 from accel_core.checkpointing.checkpointer import Checkpointer
 from accel_core.checkpointing.mixin import CheckpointingMixin
@@ -222,6 +222,10 @@ class Accelerator(
             tracking=self._tracking,
         )
         self.flag_tensor = None
+        # After the checkpointer: the watch saves through it (see accel_core.preemption).
+        self._preemption = preemption.watch(self)
+        if self._preemption is None:
+            self.gradient_state._set_step_boundary_hook(None)
 
     # -- configuration read back ---------------------------------------------------------------
 

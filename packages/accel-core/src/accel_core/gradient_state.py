@@ -9,6 +9,7 @@ data loaders register themselves while they iterate (``_add_dataloader`` / ``_re
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,17 @@ class GradientState:
             new_kwargs = gradient_accumulation_plugin.to_kwargs()
             if new_kwargs != self.plugin_kwargs:
                 self.plugin_kwargs = new_kwargs
+
+    def _set_step_boundary_hook(self, hook: Callable[[], None] | None) -> None:
+        """Run ``hook`` each time a prepared loader is asked for its next batch (the
+        Accelerator's preemption watch; ``None`` removes it)."""
+        self.__dict__["_step_boundary_hook"] = hook
+
+    def _batch_requested(self) -> None:
+        """A prepared loader was asked for its next batch: the step before it is over."""
+        hook = self.__dict__.get("_step_boundary_hook")
+        if hook is not None:
+            hook()
 
     @property
     def initialized(self) -> bool:

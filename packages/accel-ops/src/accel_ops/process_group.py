@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from accel_ops.enums import DistributedType
+from accel_ops.group_join import elastic_store, under_elastic_agent
 from accel_ops.launch_environment import LaunchEnvironment, LaunchEnvironmentError
 
 
@@ -83,7 +84,9 @@ def place_process(
     """Join (or reuse) the process group described by ``env`` and pick this process's device.
 
     An already initialised default group is reused as it is. Otherwise a group is formed only when
-    ``env.world_size > 1``: gloo on CPU, nccl on CUDA, unless ``backend`` says otherwise.
+    ``env.world_size > 1``: gloo on CPU, nccl on CUDA, unless ``backend`` says otherwise. Under
+    torch's elastic agent the group forms in a key space of its attempt's own, once every rank
+    has come (:func:`accel_ops.group_join.elastic_store`); elsewhere through ``env://``.
     """
     if dist.is_available() and dist.is_initialized():
         num_processes = dist.get_world_size()
@@ -110,7 +113,10 @@ def place_process(
         )
     chosen = backend or ("nccl" if device.type == "cuda" else "gloo")
     kwargs = dict(init_kwargs)
-    if "init_method" not in kwargs and "store" not in kwargs:
+    if "init_method" not in kwargs and "store" not in kwargs and under_elastic_agent():
+        # a key space of this attempt's own, met within a bounded time (see group_join)
+        kwargs["store"] = elastic_store(env, timeout)
+    elif "init_method" not in kwargs and "store" not in kwargs:
         if env.master_port is None:
             raise LaunchEnvironmentError(
                 f"MASTER_PORT is not set but WORLD_SIZE={env.world_size}; expected the port of "

@@ -121,6 +121,30 @@ TOP_KEYS: dict[str, Field] = {
     "main_process_ip": _f("str", help="address of the machine of rank 0"),
     "main_process_port": _f("int", help="port of the machine of rank 0"),
     "rdzv_backend": _f("str", RDZV_BACKENDS, "rendezvous backend"),
+    "rdzv_conf": _f("str", help="more rendezvous settings, key=value,... (torchrun's)"),
+    "min_machines": _f(
+        "int", help="accel's own key: the fewest machines the job goes on with (c10d rendezvous)"
+    ),
+    "max_restarts": _f("int", help="accel's own key: restarts of the worker group after a fault"),
+    "preemption_signal": _f(
+        "str",
+        help="accel's own key: the signal that makes the job save a checkpoint and stop "
+        "(SIGTERM; SIGUSR1 for SLURM's --signal=USR1@90; none turns it off)",
+    ),
+    "preemption_grace": _f(
+        "float", help="accel's own key: seconds the workers get to save after that signal"
+    ),
+    "project_dir": _f(
+        "str",
+        help="accel's own key: the project folder of a script that sets none (preemption "
+        "checkpoints, --auto_resume)",
+    ),
+    "auto_resume": _f(
+        "bool", help="accel's own key: load the latest complete checkpoint before training"
+    ),
+    "join_timeout": _f(
+        "float", help="accel's own key: seconds a new process group waits for all its ranks"
+    ),
     "same_network": _f("bool", help="all machines on one local network"),
     "main_training_function": _f("str", help="function to call (TPU launches only)"),
     "enable_cpu_affinity": _f("bool", help="pin processes to CPU cores near their GPU"),

@@ -15,7 +15,7 @@ import tempfile
 import threading
 
 from accel_launch.errors import AccelLaunchError
-from accel_launch.launch import hang_report
+from accel_launch.launch import faults, hang_report
 from accel_launch.launch.resolve import LaunchPlan
 from accel_launch.launch.summary import print_failure_summary, root_cause
 from accel_launch.launch.worker import LAUNCHER_PID
@@ -68,7 +68,11 @@ def run_elastic(
     On a worker failure the agent stops the other workers (it checks every ``monitor_interval``
     seconds); a short summary (rank, machine, exception, last output lines, and the hang table
     when a rank was in a collective) is printed first, torch's own report after it. SIGINT/SIGTERM
-    make the agent stop every worker and we exit with 128 + the signal number. While the job runs
+    (and the preemption signal) make the agent pass the signal on to every worker and wait up to
+    ``--preemption_grace`` seconds: when the workers saved a preemption checkpoint we print where
+    and exit with 75 (:data:`~accel_launch.launch.faults.PREEMPTED_EXIT_CODE`), else with 128 +
+    the signal number. Restarts form fresh process groups (:mod:`~accel_launch.launch.faults`).
+    While the job runs
     a :class:`~accel_launch.launch.hang_report.HangMonitor` prints the hang table once a
     collective has waited ``--hang-report-after`` seconds, and on SIGUSR1.
     """
@@ -92,24 +96,24 @@ def run_elastic(
 
     keep_logs = plan["log_dir"] is not None
     log_dir = str(plan["log_dir"]) if keep_logs else tempfile.mkdtemp(prefix="accel_launch_")
-    machines = int(plan["num_machines"])
     backend = str(plan["rdzv_backend"])
-    rdzv_configs: dict[str, object] = {"timeout": 900}
-    if backend == "static":
-        rdzv_configs["rank"] = int(plan["machine_rank"])
+    preemption = faults.handled_signal(str(plan["preemption_signal"]))
+    faults.prepare_agent_environment(os.environ, backend)
     config = LaunchConfig(
-        min_nodes=machines,
-        max_nodes=machines,
+        min_nodes=int(plan["min_machines"]),
+        max_nodes=int(plan["num_machines"]),
         nproc_per_node=plan.nproc_per_node,
         run_id="none",  # torchrun's default; every machine must use the same id
         role="default",
         rdzv_endpoint=f"{plan['main_process_ip']}:{port}",
         rdzv_backend=backend,
-        rdzv_configs=rdzv_configs,
+        rdzv_configs=faults.rendezvous_settings(plan),
         max_restarts=int(plan["max_restarts"]),
         monitor_interval=float(plan["monitor_interval"]),
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+        shutdown_timeout=max(int(round(float(plan["preemption_grace"]))), 1),
+        signals_to_handle=faults.signals_to_handle(preemption),
     )
     entrypoint, *args = elastic_command(script, script_args, module, no_python)
     os.environ[LAUNCHER_PID] = str(os.getpid())
@@ -121,12 +125,18 @@ def run_elastic(
     monitor.start()
     # signal handlers can only be set from the main thread (launch_command may run elsewhere)
     in_main_thread = threading.current_thread() is threading.main_thread()
-    if in_main_thread:
+    # SIGUSR1 prints the hang table, unless it is the preemption signal (the agent handles it)
+    hang_signal = in_main_thread and preemption != signal.SIGUSR1
+    if hang_signal:
         previous = signal.signal(signal.SIGUSR1, lambda *_: monitor.report("SIGUSR1 received"))
     try:
         elastic_launch(config, entrypoint)(*args)
     except ChildFailedError as error:
         monitor.stop()
+        saved = faults.preempted_line(folder)
+        if saved is not None and faults.all_preempted(error.failures):
+            print(saved, file=sys.stderr, flush=True)  # the workers were signalled directly
+            return faults.PREEMPTED_EXIT_CODE
         table = hang_report.last_records_table(folder, ranks)
         print_failure_summary(error.failures, int(plan["machine_rank"]), log_dir, table)
         print(error.format_msg(), file=sys.stderr)
@@ -135,16 +145,21 @@ def run_elastic(
             return 128 - code
         return code if 0 < code < 256 else 1
     except SignalException as error:
+        saved = faults.preempted_line(folder)
         if not keep_logs:
             shutil.rmtree(log_dir, ignore_errors=True)
+        if saved is not None:
+            print(f"accel launch: {saved.removeprefix('accel: ')}", file=sys.stderr, flush=True)
+            return faults.PREEMPTED_EXIT_CODE
         print(
-            f"accel launch: stopped by {error.sigval.name}; all workers were stopped.",
+            f"accel launch: stopped by {error.sigval.name}; all workers were stopped "
+            "(no preemption checkpoint was written).",
             file=sys.stderr,
         )
         return 128 + int(error.sigval)
     finally:
         monitor.stop()
-        if in_main_thread:
+        if hang_signal:
             signal.signal(signal.SIGUSR1, previous)
     if not keep_logs:
         shutil.rmtree(log_dir, ignore_errors=True)  # kept only when something failed

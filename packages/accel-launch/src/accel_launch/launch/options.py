@@ -33,7 +33,7 @@ class Option:
     name: str
     group: str
     help: str
-    kind: str = "str"  # str, int, float, bool (takes true/false), flag (no value)
+    kind: str = "str"  # str, int, float, bool (takes true/false), flag (no value), machines
     choices: tuple[Any, ...] | None = None
     config_key: tuple[str, ...] | None = None
     env: str | None = None
@@ -47,6 +47,7 @@ GROUPS = {
     "hardware": "Hardware: where the processes run",
     "resources": "Resources: how many processes, threads and devices",
     "distributed": "Distributed: machines and rendezvous",
+    "faults": "Faults: restarts, preemption, lost machines (docs: When the cluster fails)",
     "training": "Training: precision, compilation, checks",
     "parallelism": (
         "ParallelismConfig (any --parallelism_config_* option implies --use_parallelism_config; "
@@ -56,7 +57,7 @@ GROUPS = {
     "compat": "Hugging Face Accelerate compatibility",
 }
 #: The groups listed before the engines' groups in ``--help``.
-_GROUPS_BEFORE_ENGINES = ("hardware", "resources", "distributed", "training")
+_GROUPS_BEFORE_ENGINES = ("hardware", "resources", "distributed", "faults", "training")
 
 
 _O = Option
@@ -114,8 +115,9 @@ BASE_OPTIONS: tuple[Option, ...] = (
     _O(
         "num_machines",
         "distributed",
-        "Machines in the job (SLURM_NNODES under srun).",
-        "int",
+        "Machines in the job (SLURM_NNODES under srun); MIN:MAX (c10d rendezvous) goes on with "
+        "MIN to MAX machines, as torchrun's --nnodes.",
+        "machines",
         config_key=("num_machines",),
         env="ACCEL_NUM_MACHINES",
         default=1,
@@ -148,10 +150,17 @@ BASE_OPTIONS: tuple[Option, ...] = (
     _O(
         "rdzv_backend",
         "distributed",
-        "Rendezvous backend of torch's elastic agent.",
+        "Rendezvous backend of torch's elastic agent. Default: static on one machine, c10d on "
+        "several (a lost machine can then be replaced, or left behind with MIN:MAX).",
         choices=schema.RDZV_BACKENDS,
         config_key=("rdzv_backend",),
-        default="static",
+    ),
+    _O(
+        "rdzv_conf",
+        "distributed",
+        "More rendezvous settings, key=value,... (torchrun's --rdzv_conf), e.g. "
+        "last_call_timeout=5,join_timeout=600.",
+        config_key=("rdzv_conf",),
     ),
     _O(
         "same_network",
@@ -164,9 +173,68 @@ BASE_OPTIONS: tuple[Option, ...] = (
     _O(
         "max_restarts",
         "distributed",
-        "Restarts of the worker group after a failure.",
+        "Restarts of the worker group after a failure (each restart forms a fresh process "
+        "group; a script resumes from its latest checkpoint).",
         "int",
+        config_key=("max_restarts",),
         default=0,
+    ),
+    _O(
+        "min_machines",
+        "faults",
+        "Fewest machines the job goes on with after losing some (torchrun's --nnodes MIN:MAX; "
+        "--num_machines MIN:MAX sets both; needs --rdzv_backend c10d). Default: --num_machines.",
+        "int",
+        config_key=("min_machines",),
+        env="ACCEL_MIN_MACHINES",
+        minimum=1,
+    ),
+    _O(
+        "preemption_signal",
+        "faults",
+        "The signal on which every rank finishes its step, saves a checkpoint in the project "
+        "folder and the job exits with 75 (SIGUSR1 for SLURM's --signal=USR1@90; none: off). "
+        "The launcher passes it on to the workers.",
+        config_key=("preemption_signal",),
+        env="ACCEL_PREEMPTION_SIGNAL",
+        default="SIGTERM",
+    ),
+    _O(
+        "preemption_grace",
+        "faults",
+        "Seconds the workers get to save after the preemption signal (or any stop) before they "
+        "are killed; keep it under the scheduler's grace period.",
+        "float",
+        config_key=("preemption_grace",),
+        default=30.0,
+    ),
+    _O(
+        "project_dir",
+        "faults",
+        "Project folder for a script that sets none: preemption checkpoints and --auto_resume "
+        "use <project_dir>/checkpoints.",
+        config_key=("project_dir",),
+        env="ACCEL_PROJECT_DIR",
+    ),
+    _O(
+        "auto_resume",
+        "faults",
+        "Before the first batch, load the latest complete checkpoint of the project folder "
+        "(for scripts that don't call load_state() themselves).",
+        "flag",
+        config_key=("auto_resume",),
+        env="ACCEL_AUTO_RESUME",
+        default=False,
+    ),
+    _O(
+        "join_timeout",
+        "faults",
+        "Seconds a new (or restarted) process group waits for all its ranks before the error "
+        "names the missing ranks and machines.",
+        "float",
+        config_key=("join_timeout",),
+        env="ACCEL_JOIN_TIMEOUT",
+        default=300.0,
     ),
     _O(
         "monitor_interval",
@@ -356,6 +424,24 @@ def parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
 
 
+def parse_machines(text: str | int) -> int | tuple[int, int]:
+    """``N`` or ``MIN:MAX`` (``1 <= MIN <= MAX``): a number of machines, or a range of them."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        return text
+    low, colon, high = str(text).strip().partition(":")
+    try:
+        numbers = (int(low), int(high)) if colon else (int(low), int(low))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a number of machines; expected N or MIN:MAX, e.g. 2 or 1:2"
+        ) from None
+    if not 1 <= numbers[0] <= numbers[1]:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected 1 <= MIN <= MAX in MIN:MAX, e.g. 1:2"
+        )
+    return numbers if colon else numbers[0]
+
+
 def _at_least(minimum: int) -> Callable[[str], int]:
     """An argparse type: an integer >= ``minimum``."""
 
@@ -407,9 +493,12 @@ def add_options(parser: argparse.ArgumentParser) -> None:
                 help=help_text,
             )
             continue
-        converter: Callable[[str], Any] = {"int": int, "float": float, "bool": parse_bool}.get(
-            option.kind, str
-        )
+        converter: Callable[[str], Any] = {
+            "int": int,
+            "float": float,
+            "bool": parse_bool,
+            "machines": parse_machines,
+        }.get(option.kind, str)
         if option.minimum is not None:
             converter = _at_least(option.minimum)
         group.add_argument(

@@ -13,7 +13,7 @@ from typing import Any
 
 from accel_launch.errors import AccelLaunchError
 from accel_launch.launch import engines, parallelism
-from accel_launch.launch.options import Option, launch_options, parse_bool
+from accel_launch.launch.options import Option, launch_options, parse_bool, parse_machines
 from accel_launch.launch.slurm import slurm_layout
 
 
@@ -65,6 +65,8 @@ def _from_env(kind: str, name: str, text: str, choices: tuple[Any, ...] | None) 
             return int(text)
         if kind == "float":
             return float(text)
+        if kind == "machines":
+            return parse_machines(text)
     except (ValueError, argparse.ArgumentTypeError):
         raise AccelLaunchError(
             f"environment variable {name}={text!r} is not a valid {kind}"
@@ -226,6 +228,8 @@ def resolve(
     values["use_parallelism_config"] = _parallelism_switch(values, config, where)
     strategy = _chosen_strategy(values, config, where)
     kind = _distributed_type(strategy, values, config, where)
+    _machine_range(values)
+    _preemption_signal(values)
     machines = int(values["num_machines"].value)
     if machines < 1:
         raise AccelLaunchError(f"--num_machines must be >= 1, got {machines}")
@@ -279,6 +283,63 @@ def resolve(
     plan = LaunchPlan(values, kind, total // machines, config_file=config_file)
     plan.strategy_config = _strategy_config(plan, config)
     return plan
+
+
+def _machine_range(values: dict[str, Value]) -> None:
+    """Split ``--num_machines MIN:MAX`` into ``num_machines`` (MAX) and ``min_machines`` (MIN),
+    and check ``min_machines`` against it and the rendezvous backend."""
+    given = values["num_machines"]
+    if isinstance(given.value, tuple):
+        low, high = given.value
+        values["num_machines"] = Value(high, given.source)
+        values["min_machines"] = Value(low, given.source)
+    elif isinstance(given.value, str):
+        values["num_machines"] = Value(parse_machines(given.value), given.source)
+        _machine_range(values)
+        return
+    high = int(values["num_machines"].value)
+    if values["rdzv_backend"].value is None:
+        chosen = "c10d" if high > 1 else "static"
+        values["rdzv_backend"] = Value(chosen, f"default for {high} machine(s)")
+    low_value = values["min_machines"]
+    if low_value.value is None:
+        values["min_machines"] = Value(high, "--num_machines")
+        return
+    low = int(low_value.value)
+    if not 1 <= low <= high:
+        raise AccelLaunchError(
+            f"--min_machines {low} ({low_value.source}) must be between 1 and --num_machines "
+            f"{high}"
+        )
+    if low < high and values["rdzv_backend"].value == "static":
+        raise AccelLaunchError(
+            f"a range of machines ({low}:{high}) needs an elastic rendezvous: the static one "
+            "waits for all of them; add --rdzv_backend c10d"
+        )
+
+
+def _preemption_signal(values: dict[str, Value]) -> None:
+    """Canonical name of ``--preemption_signal`` (``SIGUSR1`` for ``usr1`` or ``10``; ``none``)."""
+    import signal
+
+    given = values["preemption_signal"]
+    text = str(given.value).strip()
+    if text.lower() in ("none", "off", "no", "false", "0", ""):
+        values["preemption_signal"] = Value("none", given.source)
+        return
+    try:
+        found = signal.Signals(int(text)) if text.isdigit() else None
+    except ValueError:
+        found = None
+    if found is None:
+        name = text.upper() if text.upper().startswith("SIG") else f"SIG{text.upper()}"
+        found = getattr(signal.Signals, name, None)
+    if found is None or found in (signal.SIGKILL, signal.SIGSTOP):
+        raise AccelLaunchError(
+            f"--preemption_signal {text!r} ({given.source}) is not a signal a process can catch; "
+            "expected e.g. SIGTERM or SIGUSR1, or none"
+        )
+    values["preemption_signal"] = Value(found.name, given.source)
 
 
 def _strategy_config(plan: LaunchPlan, config: Mapping[str, Any]) -> dict[str, Any]:

@@ -69,9 +69,13 @@ def _write_error_file(path: str, error: BaseException) -> None:
             },
         }
     }
+    # Written whole, then renamed into place: the agent reads the file as soon as it sees the
+    # worker fail, and may stop the worker mid-write; an empty file crashes the agent's parser.
+    partial = f"{path}.partial"
     try:
-        with open(path, "w", encoding="utf-8") as file:
+        with open(partial, "w", encoding="utf-8") as file:
             json.dump(data, file)
+        os.replace(partial, path)
     except OSError:
         pass
 

@@ -35,6 +35,13 @@ def accel_environment(plan: LaunchPlan) -> dict[str, str]:
         "ACCEL_DYNAMO_BACKEND": str(plan["dynamo_backend"]).lower(),
         "ACCEL_NUM_MACHINES": str(plan["num_machines"]),
     }
+    # what the workers need to survive faults (accel_core.preemption, accel_ops.group_join)
+    env["ACCEL_PREEMPTION_SIGNAL"] = str(plan["preemption_signal"])
+    env["ACCEL_JOIN_TIMEOUT"] = str(plan["join_timeout"])
+    if plan["project_dir"]:
+        env["ACCEL_PROJECT_DIR"] = str(plan["project_dir"])
+    if plan["auto_resume"]:
+        env["ACCEL_AUTO_RESUME"] = "true"
     if env["ACCEL_DYNAMO_BACKEND"] != "no":
         env["ACCEL_DYNAMO_MODE"] = str(plan["dynamo_mode"])
         env["ACCEL_DYNAMO_USE_FULLGRAPH"] = _flag(plan["dynamo_use_fullgraph"])

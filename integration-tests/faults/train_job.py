@@ -1,0 +1,104 @@
+"""The fault-tolerance tests' training job: a user's script, written as Accelerate's docs teach.
+
+It keeps its checkpoints in ``ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=
+True)``, registers its own step counter, calls ``load_state()`` at start when a checkpoint exists,
+and saves every ``--save-every`` steps. Nothing in it knows about faults: the tests kill, signal
+or restart it from outside. ``--die-at STEP`` makes one rank SIGKILL itself at that step on the
+first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0): a worker lost mid-epoch.
+
+At the end the main process writes ``RESULT`` (the final weights and the step counter) and every
+rank appends one line per step to ``steps_<rank>.log`` in the project folder (step, attempt), so a
+test sees which steps ran on which attempt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from accel import Accelerator
+from accel.utils import ProjectConfiguration, set_seed
+
+
+class StepCounter:
+    """The script's own bookkeeping, saved with the checkpoint."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step = int(state["step"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--save-every", type=int, default=4)
+    parser.add_argument("--die-at", type=int, default=-1)
+    parser.add_argument("--die-rank", type=int, default=1)
+    parser.add_argument("--signal-at", type=int, default=-1, help="the main process signals...")
+    parser.add_argument("--signal", default="SIGTERM", help="...this signal...")
+    parser.add_argument("--signal-pid-from", default="ACCEL_LAUNCHER_PID", help="...to this pid")
+    parser.add_argument("--no-load", action="store_true", help="do not call load_state()")
+    parser.add_argument("--hidden", type=int, default=16)
+    args = parser.parse_args()
+
+    Path(args.project).mkdir(parents=True, exist_ok=True)
+    config = ProjectConfiguration(project_dir=args.project, automatic_checkpoint_naming=True)
+    accelerator = Accelerator(project_config=config)
+    set_seed(0)
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(96, 8, generator=generator)
+    targets = features @ torch.linspace(-1.0, 1.0, 8) + 0.25
+    loader = DataLoader(TensorDataset(features, targets), batch_size=4, shuffle=True)
+    model = torch.nn.Sequential(
+        torch.nn.Linear(8, args.hidden), torch.nn.Tanh(), torch.nn.Linear(args.hidden, 1)
+    )
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    counter = StepCounter()
+    accelerator.register_for_checkpointing(counter)
+    checkpoints = Path(args.project, "checkpoints")
+    skip = 0
+    if not args.no_load and checkpoints.is_dir() and any(checkpoints.iterdir()):
+        accelerator.load_state()  # the latest complete checkpoint
+        resume = loader.progress.resume  # None when it was saved at an epoch boundary
+        skip = resume.batches if resume is not None else 0
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    log = Path(args.project, f"steps_{accelerator.process_index}.log")
+    for _epoch in range(loader.iteration, args.epochs):
+        batches = accelerator.skip_first_batches(loader, skip) if skip else loader
+        skip = 0
+        for inputs, labels in batches:
+            if counter.step == args.die_at and attempt == "0":
+                if accelerator.process_index == args.die_rank:
+                    os.kill(os.getpid(), signal.SIGKILL)
+            if counter.step == args.signal_at and accelerator.is_main_process:
+                os.kill(int(os.environ[args.signal_pid_from]), signal.Signals[args.signal])
+            loss = torch.nn.functional.mse_loss(model(inputs).squeeze(-1), labels)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            counter.step += 1
+            with log.open("a") as file:
+                file.write(f"{counter.step} {attempt}\n")
+            if counter.step % args.save_every == 0:
+                accelerator.save_state()
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        weights = accelerator.unwrap_model(model).state_dict()
+        torch.save({"weights": weights, "step": counter.step}, args.result)
+
+
+if __name__ == "__main__":
+    main()
