@@ -22,6 +22,7 @@ from accel_bigmodel import (
     has_offloaded_params,
     is_peft_model,
 )
+from accel_bigmodel.placement_units import size_with_tied_units
 
 
 class WithBuffer(nn.Module):
@@ -85,11 +86,40 @@ def test_get_module_size_with_ties():
     # module 0 (80 bytes) holds 0.weight, tied to 2.1.a.weight inside module 2 (160 bytes)
     assert get_module_size_with_ties(["2.1.a.weight"], 80, sizes, rest)[:2] == (240, ["2"])
     assert get_module_size_with_ties([], 80, sizes, rest) == (80, [], [])
-    # two tied names inside one unit count it once (Accelerate counts module 2 twice: 400)
+    # two tied names inside one unit: the unit once, less both names' sizes (2.0.weight has 32
+    # bytes here; Accelerate 1.15 adds module 2 once per name: 80 + 160 - 32 + 160 = 368)
     assert get_module_size_with_ties(["2.0.weight", "2.1.a.weight"], 80, sizes, rest)[:2] == (
-        240,
+        208,
         ["2"],
     )
+
+
+def test_get_module_size_with_ties_takes_the_tied_tensor_off_each_unit_as_accelerate():
+    # Accelerate 1.15's own case: 15 Linear(10, 10) sharing one weight, sized before the tie (each
+    # 440 bytes with its 400-byte weight); Accelerate gives 1000, the sum of whole units 6600
+    model = nn.Sequential(*[nn.Linear(10, 10) for _ in range(15)])
+    sizes = compute_module_sizes(model)
+    for layer in model[1:]:
+        layer.weight = model[0].weight
+    tied = [f"{i}.weight" for i in range(1, 15)]
+    rest = list(model.named_children())[1:]
+    size, names, units = get_module_size_with_ties(tied, sizes["0"], sizes, rest)
+    assert (sizes["0"], sizes["0.weight"], size) == (440, 400, 1000)
+    assert names == [str(i) for i in range(1, 15)] and units == list(model[1:])
+
+
+def test_the_placement_counts_each_shared_tensor_once():
+    model = nn.Sequential(*[nn.Linear(10, 10) for _ in range(15)])
+    for layer in model[1:]:
+        layer.weight = model[0].weight
+    sizes = compute_module_sizes(model)  # the shared weight counted once, under 0.weight
+    rest = list(model.named_children())[1:]
+    tied = [f"{i}.weight" for i in range(1, 15)]
+    assert size_with_tied_units(tied, sizes["0"], sizes, rest)[0] == 1000 == sizes[""]
+    # placing layer 1 first brings layer 0 (which holds the counted weight) along: all of it
+    others = [f"{i}.weight" for i in range(15) if i != 1]
+    units = list(model.named_children())
+    assert size_with_tied_units(others, sizes["1"], sizes, units[:1] + units[2:])[0] == 1000
 
 
 @pytest.mark.parametrize(

@@ -224,12 +224,14 @@ class ParallelismConfig:
         mesh = init_device_mesh(
             device_type, tuple(self._sizes[n] for n in names), mesh_dim_names=tuple(names)
         )
+        # sub-meshes are indexed with lists, as Accelerate indexes them (code that records the
+        # calls, Accelerate's tests among it, sees the same arguments)
         for flat, dims in (
             ("dp", ("dp_replicate", "dp_shard")),
             ("dp_shard_cp", ("dp_shard", "cp")),
             ("dp_cp", ("dp_replicate", "dp_shard", "cp")),
         ):
-            present = tuple(n for n in dims if n in names)
+            present = [n for n in dims if n in names]
             if present:
                 mesh[present]._flatten(flat)
         return mesh

@@ -42,8 +42,8 @@ from accel_bigmodel.placement_units import (
     Entry,
     clean_device_map,
     fallback_allocate,
-    get_module_size_with_ties,
     holds,
+    size_with_tied_units,
     split_parts,
     splittable,
     tied_outside,
@@ -163,7 +163,7 @@ class _Allocator:
             device = self.devices[self.current]
             reserved = self.layer_size if device in self.main_devices else 0
             limit = math.inf if device == "disk" else self.memory[device] - reserved
-            with_ties, tied_names, tied_units = get_module_size_with_ties(
+            with_ties, tied_names, tied_units = size_with_tied_units(
                 outside, size, self.sizes, self.queue
             )
             used = self.used[device]

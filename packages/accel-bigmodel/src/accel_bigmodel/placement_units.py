@@ -2,7 +2,8 @@
 
 A *unit* is a ``(dotted name, module or tensor)`` pair still to place. A module that does not fit
 is replaced by its parts (``split_parts``); tied weights make a unit bring along the units
-holding the other names of its tied tensors (``get_module_size_with_ties``);
+holding the other names of its tied tensors (``size_with_tied_units``; Accelerate's
+``get_module_size_with_ties`` counts them its way);
 ``fallback_allocate`` finds a later unit small enough for a device that would stay empty;
 ``clean_device_map`` merges the keys of a finished map.
 """
@@ -51,30 +52,65 @@ def splittable(item: nn.Module | torch.Tensor, no_split: Sequence[str]) -> TypeG
     )
 
 
+def tied_units(
+    tied_params: list[str], modules_to_treat: Sequence[Entry]
+) -> tuple[list[str], list[nn.Module | torch.Tensor], dict[str, list[str]]]:
+    """The distinct units of ``modules_to_treat`` holding ``tied_params``: their names, the units,
+    and, by unit name, the tied names each holds. A tied name held by no unit left (already
+    placed) is in none."""
+    names: list[str] = []
+    units: list[nn.Module | torch.Tensor] = []
+    held: dict[str, list[str]] = {}
+    for tied_name in tied_params:
+        for unit_name, unit in modules_to_treat:
+            if holds(unit_name, tied_name):
+                if unit_name not in held:
+                    names.append(unit_name)
+                    units.append(unit)
+                    held[unit_name] = []
+                held[unit_name].append(tied_name)
+                break
+    return names, units, held
+
+
+def size_with_tied_units(
+    tied_params: list[str],
+    module_size: int,
+    module_sizes: dict[str, int],
+    modules_to_treat: Sequence[Entry],
+) -> tuple[int, list[str], list[nn.Module | torch.Tensor]]:
+    """What placing a unit takes with the units holding ``tied_params``, for sizes from
+    ``compute_module_sizes`` (the placement's own count): ``module_size`` plus the size of every
+    distinct unit found. Those sizes count a tied tensor once, under its first name, so the sum
+    counts every tensor once."""
+    names, units, _ = tied_units(tied_params, modules_to_treat)
+    return module_size + sum(module_sizes.get(n, 0) for n in names), names, units
+
+
 def get_module_size_with_ties(
     tied_params: list[str],
     module_size: int,
     module_sizes: dict[str, int],
     modules_to_treat: Sequence[Entry],
 ) -> tuple[int, list[str], list[nn.Module | torch.Tensor]]:
-    """The size of a unit together with the units holding ``tied_params``, and those units.
+    """The size of a unit together with the units holding ``tied_params``, and those units
+    (Accelerate's function, with its count).
 
     ``tied_params`` are the names tied to the unit's tensors that the unit does not hold; each is
-    looked up among ``modules_to_treat`` (the units not placed yet). Returns ``(module_size`` plus
-    the size of every distinct unit found, their names, the units)``. Sizes from
-    ``compute_module_sizes`` count a tied tensor once, under its first name, so the sum counts
-    every tensor once. A tied name held by no unit left (already placed) adds nothing.
+    looked up among ``modules_to_treat`` (the units not placed yet). Returns ``(module_size`` plus,
+    for every distinct unit found, its size less the sizes ``module_sizes`` gives the tied names
+    it holds (the unit of ``module_size`` is taken to count those tensors already), their names,
+    the units)``. Fifteen ``Linear(10, 10)`` sharing one weight, each sized 440 bytes with the
+    weight, come to 440 + 14 * (440 - 400) = 1000 bytes, as in Accelerate. A tied name held by no
+    unit left adds nothing; unlike Accelerate, a unit holding two tied names is added once
+    (Accelerate adds it once per name). ``infer_auto_device_map`` counts with
+    :func:`size_with_tied_units` instead, whose sizes count a shared tensor once.
     """
-    names: list[str] = []
-    units: list[nn.Module | torch.Tensor] = []
-    for tied_name in tied_params:
-        for unit_name, unit in modules_to_treat:
-            if holds(unit_name, tied_name):
-                if unit_name not in names:
-                    names.append(unit_name)
-                    units.append(unit)
-                break
-    return module_size + sum(module_sizes.get(n, 0) for n in names), names, units
+    names, units, held = tied_units(tied_params, modules_to_treat)
+    size = module_size
+    for name in names:
+        size += module_sizes.get(name, 0) - sum(module_sizes.get(t, 0) for t in held[name])
+    return size, names, units
 
 
 def fallback_allocate(
@@ -103,9 +139,7 @@ def fallback_allocate(
     while search:
         name, unit = search.pop(0)
         outside = tied_outside(name, tied)
-        size, _, _ = get_module_size_with_ties(
-            outside, module_sizes.get(name, 0), module_sizes, search
-        )
+        size, _, _ = size_with_tied_units(outside, module_sizes.get(name, 0), module_sizes, search)
         if size <= limit:
             found = (name, unit)
             break

@@ -291,9 +291,11 @@ class AcceleratorState:
     def __getattr__(self, name: str) -> Any:
         # Only called for names the state does not hold (or whose property failed): nothing is
         # forwarded; after ``_reset_state()`` the error says so in Accelerate's words.
-        if name.startswith("__") or name in ("partial", "_mixed_precision"):
+        if name.startswith("__"):
             raise AttributeError(name)
         if "partial" not in self._shared_state:
+            # also for ``partial`` itself, which every forwarding property reads (the
+            # Accelerator's ``num_processes`` reads ``state.partial``)
             raise AttributeError(
                 f"`AcceleratorState` object has no attribute `{name}`. This happens if "
                 "`AcceleratorState._reset_state()` was called and an `Accelerator` or "

@@ -29,6 +29,16 @@ def dataloader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
     }
 
 
+class _ThisLoader:
+    """``base_dataloader``: the instance it is read on; an AttributeError on the class."""
+
+    def __get__(self, instance: Any, owner: type) -> Any:
+        if instance is None:
+            name = owner.__name__
+            raise AttributeError(f"type object {name!r} has no attribute 'base_dataloader'")
+        return instance
+
+
 class DataLoaderStateMixin:
     """Tracks the end of iteration and the size of the last batch, and tells ``GradientState``.
 
@@ -64,14 +74,11 @@ class DataLoaderStateMixin:
         """Whether this loader is a torchdata ``StatefulDataLoader`` (position saved mid-epoch)."""
         return self._stateful
 
-    @property
-    def base_dataloader(self) -> DataLoader:
-        """The loader that reads the data: this loader itself.
-
-        Accelerate's prepared loaders wrap an inner ``DataLoader`` under this name; accel's are
-        ``DataLoader`` subclasses, so code that reaches for ``base_dataloader`` gets the loader.
-        """
-        return self  # type: ignore[return-value]
+    #: The loader that reads the data: this loader itself. Accelerate's prepared loaders wrap an
+    #: inner ``DataLoader`` under this name; accel's are ``DataLoader`` subclasses, so code that
+    #: reaches for ``base_dataloader`` gets the loader. Read on the class it is absent, as
+    #: Accelerate's instance attribute is.
+    base_dataloader: DataLoader = _ThisLoader()  # type: ignore[assignment]
 
     def reset(self) -> None:
         """Forget the previous iteration's end flag and remainder."""
