@@ -26,11 +26,14 @@ def export_table(
     module_name: str,
     table: Mapping[str, str],
     unsupported: Mapping[str, str] | None = None,
+    install: str | None = None,
 ) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
     """Build ``__getattr__``, ``__dir__`` and ``__all__`` for a re-exporting module.
 
     ``table`` maps each public name to ``"package"`` (the attribute of the same name) or
     ``"package:attribute"``. ``unsupported`` maps names to the reason they are missing.
+    ``install`` says how to get a defining package that is not installed (default: ``pip install``
+    its distribution).
     """
     unsupported = dict(unsupported or {})
 
@@ -40,10 +43,13 @@ def export_table(
             try:
                 module = importlib.import_module(source)
             except ModuleNotFoundError as error:
-                distribution = source.replace("_", "-")
+                package = source.partition(".")[0]
+                if error.name is not None and error.name.partition(".")[0] != package:
+                    raise  # the defining package is there; something it imports is not
+                distribution = package.replace("_", "-")
                 raise ImportError(
                     f"{module_name}.{name} is defined in {distribution}, which is not installed: "
-                    f"pip install {distribution}"
+                    f"{install or f'pip install {distribution}'}"
                 ) from error
             value = getattr(module, attribute or name)
             globals_of_module(module_name)[name] = value

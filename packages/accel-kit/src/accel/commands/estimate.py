@@ -1,6 +1,7 @@
 """``accel estimate-memory`` as functions (Accelerate's ``accelerate.commands.estimate``)."""
 
 from accel._lazy import export_table
+from accel.commands.config import MAIN
 
 _NAMES = {
     "estimate_command": "accel_launch.commands.estimate_cmd:estimate_command",
@@ -16,6 +17,7 @@ _HUB = (
     "module:callable and never queries the Hugging Face Hub; download the model folder first"
 )
 _UNSUPPORTED = {
+    "main": MAIN,
     "verify_on_hub": _HUB,
     "check_has_model": _HUB,
     "add_timm_hub_prefix": _HUB,

@@ -35,6 +35,16 @@ _KEY_ORDER = (
 )
 
 
+def config_home() -> Path:
+    """The folder holding accel's config folder: ``$XDG_CONFIG_HOME``, else ``~/.config``."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config"))
+
+
+def config_dir() -> Path:
+    """accel's config folder, where ``accel config`` writes by default: ``config_home()/accel``."""
+    return config_home() / "accel"
+
+
 def default_config_file() -> Path:
     """The config file used when none is named.
 
@@ -44,8 +54,7 @@ def default_config_file() -> Path:
     explicit = os.environ.get("ACCEL_CONFIG_FILE")
     if explicit:
         return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "accel" / "default_config.yaml"
+    return config_dir() / "default_config.yaml"
 
 
 def read_config_data(path: str | os.PathLike[str]) -> Any:

@@ -1,0 +1,16 @@
+"""Accelerate's ``accelerate.commands.menu.cursor``: a terminal primitive of Accelerate's own menu,
+refused (``accel.commands.menu`` says why)."""
+
+from accel._lazy import export_table
+from accel.commands.menu import PRIMITIVES
+
+_UNSUPPORTED = dict.fromkeys(
+    (
+        "hide",
+        "hide_cursor",
+        "show_cursor",
+    ),
+    PRIMITIVES,
+)
+
+__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)

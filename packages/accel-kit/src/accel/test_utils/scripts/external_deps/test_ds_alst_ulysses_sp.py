@@ -1,0 +1,10 @@
+"""Accelerate's ``accelerate.test_utils.scripts.external_deps.test_ds_alst_ulysses_sp``:
+a check of Accelerate with external libraries; its
+functions are refused, saying why (see ``accel.test_utils.scripts``)."""
+
+from accel._lazy import export_table
+from accel.test_utils.scripts import ACCELERATE_OWN_CHECKS
+
+_UNSUPPORTED = dict.fromkeys((), ACCELERATE_OWN_CHECKS)
+
+__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)
