@@ -14,8 +14,9 @@ SUBMODULES = sorted(
     info.name
     for info in pkgutil.walk_packages(accel.__path__, "accel.")
     if not info.name.startswith("accel._")
-    # the one module that is not a table: the `import accelerate` alias (test_as_accelerate.py)
-    and info.name != "accel.as_accelerate"
+    # the modules that are not tables: the `import accelerate` alias (test_as_accelerate.py) and
+    # accel.utils.rich, which installs rich's traceback handler (test_module_paths.py)
+    and info.name not in ("accel.as_accelerate", "accel.utils.rich")
 )
 MODULES = ["accel", *SUBMODULES]
 

@@ -10,4 +10,6 @@ _WHY = (
 )
 _UNSUPPORTED = {"tpu_command_parser": _WHY, "tpu_command_launcher": _WHY, "main": _WHY}
 
-__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)
+_NAMES: dict[str, str] = {}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)

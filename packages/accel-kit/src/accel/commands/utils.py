@@ -10,4 +10,6 @@ _WHY = (
 )
 _UNSUPPORTED = {"CustomArgumentParser": _WHY, "CustomArgumentGroup": _WHY}
 
-__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)
+_NAMES: dict[str, str] = {}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)

@@ -11,4 +11,6 @@ _UNSUPPORTED = dict.fromkeys(
     ("clean_lines", "compare_against_test", "get_function_contents_by_name"), _WHY
 )
 
-__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)
+_NAMES: dict[str, str] = {}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)

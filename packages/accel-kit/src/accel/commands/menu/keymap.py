@@ -14,4 +14,6 @@ _UNSUPPORTED = dict.fromkeys(
     PRIMITIVES,
 )
 
-__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)
+_NAMES: dict[str, str] = {}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)

@@ -6,4 +6,6 @@ from accel.test_utils.scripts import ACCELERATE_OWN_CHECKS
 
 _UNSUPPORTED = dict.fromkeys(("main",), ACCELERATE_OWN_CHECKS)
 
-__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)
+_NAMES: dict[str, str] = {}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)

@@ -16,4 +16,6 @@ _UNSUPPORTED = dict.fromkeys(
     ACCELERATE_OWN_CHECKS,
 )
 
-__getattr__, __dir__, __all__ = export_table(__name__, {}, _UNSUPPORTED)
+_NAMES: dict[str, str] = {}
+
+__getattr__, __dir__, __all__ = export_table(__name__, _NAMES, _UNSUPPORTED)
