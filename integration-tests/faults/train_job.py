@@ -46,7 +46,8 @@ def main() -> None:
     parser.add_argument("--save-every", type=int, default=4)
     parser.add_argument("--die-at", type=int, default=-1)
     parser.add_argument("--die-rank", type=int, default=1)
-    parser.add_argument("--signal-at", type=int, default=-1, help="the main process signals...")
+    parser.add_argument("--signal-at", type=int, default=-1, help="at this step, on attempt 0...")
+    parser.add_argument("--signal-rank", type=int, default=0, help="...this rank sends...")
     parser.add_argument("--signal", default="SIGTERM", help="...this signal...")
     parser.add_argument("--signal-pid-from", default="ACCEL_LAUNCHER_PID", help="...to this pid")
     parser.add_argument("--no-load", action="store_true", help="do not call load_state()")
@@ -76,6 +77,7 @@ def main() -> None:
         skip = resume.batches if resume is not None else 0
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     log = Path(args.project, f"steps_{accelerator.process_index}.log")
+    once = Path(args.project, "signalled")
     for _epoch in range(loader.iteration, args.epochs):
         batches = accelerator.skip_first_batches(loader, skip) if skip else loader
         skip = 0
@@ -83,7 +85,9 @@ def main() -> None:
             if counter.step == args.die_at and attempt == "0":
                 if accelerator.process_index == args.die_rank:
                     os.kill(os.getpid(), signal.SIGKILL)
-            if counter.step == args.signal_at and accelerator.is_main_process:
+            signalling = accelerator.process_index == args.signal_rank and not once.exists()
+            if counter.step == args.signal_at and signalling:
+                once.touch()  # once per job: a replacement machine starts at attempt 0 again
                 os.kill(int(os.environ[args.signal_pid_from]), signal.Signals[args.signal])
             loss = torch.nn.functional.mse_loss(model(inputs).squeeze(-1), labels)
             accelerator.backward(loss)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from datetime import timedelta
 
 import torch.distributed as dist
@@ -55,6 +56,22 @@ def join_timeout(environ: dict[str, str] | None = None) -> float:
             f"{JOIN_TIMEOUT_VARIABLE}=300"
         )
     return seconds
+
+
+def report_fewer_machines(env: LaunchEnvironment) -> bool:
+    """Say so (on stderr) when this attempt runs on fewer machines than were launched (an elastic
+    range, ``--num_machines MIN:MAX``, after a machine was lost); returns whether it does."""
+    machines = max(env.world_size // max(env.local_world_size, 1), 1)
+    if machines >= env.num_machines:
+        return False
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    print(
+        f"accel: attempt {attempt} goes on with {machines} of the {env.num_machines} machines "
+        f"launched ({env.world_size} processes); it resumes from its latest checkpoint.",
+        file=sys.stderr,
+        flush=True,
+    )
+    return True
 
 
 def _machine_of(rank: int, env: LaunchEnvironment) -> int:
@@ -99,7 +116,11 @@ def elastic_store(env: LaunchEnvironment, timeout: timedelta) -> dist.Store:
             f"{env.master_port} within {waiting:g} s ({JOIN_TIMEOUT_VARIABLE}): {error}. Is "
             f"machine 0 up, and is that address reachable from machine {env.group_rank}?"
         ) from None
-    space: dist.Store = dist.PrefixStore(f"accel/attempt_{attempt}/", store)
+    # The agent's store outlives restarts: a key space per attempt (agents of a static rendezvous
+    # restart together, so they agree on the count). A store of the group's own rank 0 is new
+    # every round, and the restart counts of its machines may differ (a replacement starts at 0).
+    prefix = f"accel/attempt_{attempt}/" if agent_store else "accel/"
+    space: dist.Store = dist.PrefixStore(prefix, store)
     _meet(space, env, waiting)
     store.set_timeout(timeout)
     return space

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from accel_ops.enums import DistributedType
-from accel_ops.group_join import elastic_store, under_elastic_agent
+from accel_ops.group_join import elastic_store, report_fewer_machines, under_elastic_agent
 from accel_ops.launch_environment import LaunchEnvironment, LaunchEnvironmentError
 
 
@@ -104,6 +104,8 @@ def place_process(
             created_group=False,
         )
     device = choose_device(cpu, env.local_rank, env.world_size, env.torch_device)
+    if under_elastic_agent() and env.rank == 0:
+        report_fewer_machines(env)
     if env.world_size == 1:
         return ProcessPlacement(None, DistributedType.NO, 1, 0, 0, device, False)
     if not dist.is_available():

@@ -50,6 +50,10 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
         for node, records, _ in reports:
             if node == snapshot.node or snapshot.world_size == 1:
                 snapshot.manifest.files.update(records)
+            else:  # another machine's files: listed when they are here (a shared filesystem)
+                snapshot.manifest.files.update(
+                    {name: record for name, record in records.items() if _here(snapshot, name)}
+                )
         try:
             snapshot.manifest.write(snapshot.temporary)
             folders.move_into_place(snapshot.temporary, snapshot.target)
@@ -66,6 +70,10 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
             f"save_state could not write {snapshot.target}; the previous checkpoint is "
             f"unchanged. {errors[0]}"
         )
+
+
+def _here(snapshot: Snapshot, name: str) -> bool:
+    return (snapshot.temporary / name).is_file()
 
 
 def _write(snapshot: Snapshot, strategy: Strategy, writer: CheckpointWriter) -> None:

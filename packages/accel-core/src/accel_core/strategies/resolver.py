@@ -5,6 +5,8 @@ The Accelerator calls :func:`resolve_strategy` once and then only uses what it r
 
 from __future__ import annotations
 
+import os
+
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -94,6 +96,10 @@ def resolve_strategy(
         chosen = mesh_strategy_name(needed)
         if chosen is not None:
             return create_strategy(chosen, kwargs_handlers=kwargs_handlers)
+    if launch_strategy == "ddp" and world_size == 1 and "TORCHELASTIC_RESTART_COUNT" in os.environ:
+        # an elastic job (--num_machines MIN:MAX) that goes on with one process left: the
+        # launch chose ddp for more processes
+        launch_strategy = None
     if launch_strategy:
         return create_strategy(
             launch_strategy, kwargs_handlers=kwargs_handlers, **dict(launch_options or {})
