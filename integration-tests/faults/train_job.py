@@ -2,9 +2,12 @@
 
 It keeps its checkpoints in ``ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=
 True)``, registers its own step counter, calls ``load_state()`` at start when a checkpoint exists,
-and saves every ``--save-every`` steps. Nothing in it knows about faults: the tests kill, signal
-or restart it from outside. ``--die-at STEP`` makes one rank SIGKILL itself at that step on the
-first attempt only (``TORCHELASTIC_RESTART_COUNT`` 0): a worker lost mid-epoch.
+and saves every ``--save-every`` steps. It resumes mid-epoch as docs/guides/checkpointing.md teaches
+(``skip_first_batches``). Nothing in it knows about faults: the tests kill, signal or restart it
+from outside, or ask it to do so at a step: ``--die-at STEP`` makes one rank SIGKILL itself on
+the first attempt (a worker lost mid-epoch); ``--signal-at STEP`` makes one rank send a signal to
+a process named by an environment variable (its launcher, by default), once per job (a file in
+the project folder remembers it: a replacement machine starts again at attempt 0).
 
 At the end the main process writes ``RESULT`` (the final weights and the step counter) and every
 rank appends one line per step to ``steps_<rank>.log`` in the project folder (step, attempt), so a
@@ -21,8 +24,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from accel import Accelerator
-from accel.utils import ProjectConfiguration, set_seed
+from accel_core import Accelerator, ProjectConfiguration, set_seed
 
 
 class StepCounter:
@@ -49,7 +51,14 @@ def main() -> None:
     parser.add_argument("--signal-at", type=int, default=-1, help="at this step, on attempt 0...")
     parser.add_argument("--signal-rank", type=int, default=0, help="...this rank sends...")
     parser.add_argument("--signal", default="SIGTERM", help="...this signal...")
-    parser.add_argument("--signal-pid-from", default="ACCEL_LAUNCHER_PID", help="...to this pid")
+    parser.add_argument(
+        "--signal-pid-from", default="ACCEL_LAUNCHER_PID", help="...to this pid (or self)"
+    )
+    parser.add_argument(
+        "--signal-again-during-save",
+        action="store_true",
+        help="send the signal a second time from inside the next save_state",
+    )
     parser.add_argument("--no-load", action="store_true", help="do not call load_state()")
     parser.add_argument("--hidden", type=int, default=16)
     args = parser.parse_args()
@@ -78,6 +87,8 @@ def main() -> None:
     attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     log = Path(args.project, f"steps_{accelerator.process_index}.log")
     once = Path(args.project, "signalled")
+    self_pid = args.signal_pid_from == "self"
+    target = os.getpid() if self_pid else int(os.environ.get(args.signal_pid_from, "0"))
     for _epoch in range(loader.iteration, args.epochs):
         batches = accelerator.skip_first_batches(loader, skip) if skip else loader
         skip = 0
@@ -88,7 +99,11 @@ def main() -> None:
             signalling = accelerator.process_index == args.signal_rank and not once.exists()
             if counter.step == args.signal_at and signalling:
                 once.touch()  # once per job: a replacement machine starts at attempt 0 again
-                os.kill(int(os.environ[args.signal_pid_from]), signal.Signals[args.signal])
+                os.kill(target, signal.Signals[args.signal])
+                if args.signal_again_during_save:
+                    accelerator.register_save_state_pre_hook(
+                        lambda *_: os.kill(target, signal.Signals[args.signal])
+                    )
             loss = torch.nn.functional.mse_loss(model(inputs).squeeze(-1), labels)
             accelerator.backward(loss)
             optimizer.step()

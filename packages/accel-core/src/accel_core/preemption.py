@@ -158,8 +158,8 @@ class PreemptionWatch:
         if accelerator.is_main_process:
             line = (
                 f"accel: stopped by {self.signum.name} (preemption) {_position(accelerator)}; "
-                f"checkpoint saved to {folder}. To resume, run the same command again: "
-                "load_state() (or --auto_resume) continues from it."
+                f"checkpoint saved to {folder} (to resume, run the same command again: "
+                "load_state() or --auto_resume continues from it)"
             )
             if not _write_marker(folder, self.signum, line):
                 print(line, file=sys.stderr, flush=True)  # no accel launch to print it

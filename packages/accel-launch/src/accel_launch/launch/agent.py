@@ -99,6 +99,15 @@ def run_elastic(
     backend = str(plan["rdzv_backend"])
     preemption = faults.handled_signal(str(plan["preemption_signal"]))
     faults.prepare_agent_environment(os.environ, backend)
+    # torch < 2.13's LaunchConfig has no shutdown_timeout (its agent waits 30 s) and reads the
+    # signals it passes on from TORCHELASTIC_SIGNALS_TO_HANDLE
+    handled = faults.signals_to_handle(preemption)
+    os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = handled
+    newer = faults.supported_fields(
+        LaunchConfig,
+        shutdown_timeout=max(int(round(float(plan["preemption_grace"]))), 1),
+        signals_to_handle=handled,
+    )
     config = LaunchConfig(
         min_nodes=int(plan["min_machines"]),
         max_nodes=int(plan["num_machines"]),
@@ -112,8 +121,7 @@ def run_elastic(
         monitor_interval=float(plan["monitor_interval"]),
         start_method="spawn",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
-        shutdown_timeout=max(int(round(float(plan["preemption_grace"]))), 1),
-        signals_to_handle=faults.signals_to_handle(preemption),
+        **newer,
     )
     entrypoint, *args = elastic_command(script, script_args, module, no_python)
     os.environ[LAUNCHER_PID] = str(os.getpid())

@@ -51,6 +51,15 @@ def signals_to_handle(preemption: signal.Signals | None) -> str:
     return ",".join(handled)
 
 
+def supported_fields(config_class: type, **values: Any) -> dict[str, Any]:
+    """The ``values`` whose names are fields of the dataclass ``config_class`` (torch's
+    ``LaunchConfig`` gained some in later releases)."""
+    import dataclasses
+
+    names = {field.name for field in dataclasses.fields(config_class)}
+    return {name: value for name, value in values.items() if name in names}
+
+
 def prepare_agent_environment(environ: MutableMapping[str, str], backend: str) -> None:
     """With c10d, ask torch's agent for a workers' store per round (hosted by their rank 0)."""
     if backend == "c10d":
