@@ -8,7 +8,7 @@ installs and passes its tests with only what it declares.
 
 Default sessions (what CI runs): every ``tests-<package>``, ``backend-deepspeed``,
 ``backend-nd``, ``backend-xla``, ``integration``, ``conformance``, ``ecosystem``, ``stress``,
-``profiles``, ``lint`` and ``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` /
+``faults``, ``profiles``, ``lint`` and ``docs``. On demand: ``bench``, ``demo``, and ``backend-fsdp`` /
 ``backend-ddp`` (one backend's tests alone; the package sessions run them).
 """
 
@@ -234,6 +234,7 @@ def integration(session: nox.Session) -> None:
         "--ignore=integration-tests/stress",
         "--ignore=integration-tests/conformance",
         "--ignore=integration-tests/ecosystem",
+        "--ignore=integration-tests/faults",
     ]
     _pytest(session, "integration-tests", *ignored, env=env)
 
@@ -276,6 +277,18 @@ def stress(session: nox.Session) -> None:
     session.install(*TEST_TOOLS, "psutil")
     _install_local(session, ["accel-core", "accel-launch"])
     _pytest(session, "integration-tests/stress")
+
+
+@nox.session
+@_discarding
+def faults(session: nox.Session) -> None:
+    """Jobs that meet faults, for real: a worker killed and the group restarted (static and c10d
+    rendezvous), a group that can't form, SIGTERM/SIGUSR1 preemption and resume, a second signal
+    during the save, a lost machine (two launchers on loopback) replaced or left behind, and
+    auto-resume; each compared bit for bit with the same job run without a fault."""
+    session.install(*TEST_TOOLS)
+    _install_local(session, ["accel-core", "accel-launch", "accel-testing"])
+    _pytest(session, "integration-tests/faults")
 
 
 @nox.session

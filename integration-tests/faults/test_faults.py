@@ -286,3 +286,31 @@ def test_a_lost_machine_of_a_range_finishes_on_the_survivor(tmp_path: Path) -> N
     assert main.returncode == 0, main.stdout[-3000:]
     assert "goes on with 1 of the 2 machines launched (1 processes)" in main.stdout
     assert torch.load(tmp_path / "result.pt")["step"] > 36  # one process: twice the batches
+
+
+def test_auto_resume_continues_a_script_that_never_calls_load_state(
+    reference: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    # --no-load: the plain loop `for epoch in range(3): for batch in loader:`; preempted in
+    # epoch 1, then relaunched with --auto_resume: epoch 0 is iterated empty, epoch 1 continues
+    launch = ("--auto_resume",)
+    stopped = _launch(tmp_path, "--no-load", "--signal-at", "13", launch_args=launch)
+    assert stopped.returncode == PREEMPTED, stopped.stderr[-3000:]
+    saved = _steps(tmp_path, 0)[-1][0]
+    resumed = _launch(tmp_path, "--no-load", launch_args=launch)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [step for step, _ in _steps(tmp_path, 0)] == list(range(1, 37))
+    assert saved > 12  # the checkpoint was taken inside the second epoch
+    _assert_same_weights(tmp_path, reference)
+
+
+def test_auto_resume_after_a_restart_and_a_project_folder_given_at_launch(
+    reference: dict[str, torch.Tensor], tmp_path: Path
+) -> None:
+    # a script without a project folder opts in with --project_dir; a restart resumes by itself
+    launch = ("--auto_resume", "--project_dir", str(tmp_path), "--max_restarts", "1")
+    result = _launch(tmp_path, "--no-load", "--no-project", "--die-at", "10", launch_args=launch)
+    assert result.returncode == 0, result.stderr[-3000:]
+    expected = [(step, "0") for step in range(1, 11)] + [(step, "1") for step in range(9, 37)]
+    assert _steps(tmp_path, 0) == expected
+    _assert_same_weights(tmp_path, reference)

@@ -60,12 +60,16 @@ def main() -> None:
         help="send the signal a second time from inside the next save_state",
     )
     parser.add_argument("--no-load", action="store_true", help="do not call load_state()")
+    parser.add_argument("--no-project", action="store_true", help="no ProjectConfiguration")
     parser.add_argument("--hidden", type=int, default=16)
     args = parser.parse_args()
 
     Path(args.project).mkdir(parents=True, exist_ok=True)
-    config = ProjectConfiguration(project_dir=args.project, automatic_checkpoint_naming=True)
-    accelerator = Accelerator(project_config=config)
+    if args.no_project:  # accel launch --project_dir gives it one
+        accelerator = Accelerator()
+    else:
+        config = ProjectConfiguration(project_dir=args.project, automatic_checkpoint_naming=True)
+        accelerator = Accelerator(project_config=config)
     set_seed(0)
     generator = torch.Generator().manual_seed(1)
     features = torch.randn(96, 8, generator=generator)

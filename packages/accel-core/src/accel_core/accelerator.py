@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from accel_core import engine_options, metrics, preemption, profiling, settings
+from accel_core import auto_resume, engine_options, metrics, preemption, profiling, settings
 from accel_core.accumulation import Accumulation
 from accel_core.checkpointing.checkpointer import Checkpointer
 from accel_core.checkpointing.mixin import CheckpointingMixin
@@ -222,10 +222,14 @@ class Accelerator(
             tracking=self._tracking,
         )
         self.flag_tensor = None
-        # After the checkpointer: the watch saves through it (see accel_core.preemption).
+        # After the checkpointer: both save or load through it (accel_core.preemption, .auto_resume)
+        preemption.adopt_project_dir(project_configuration)
         self._preemption = preemption.watch(self)
         if self._preemption is None:
             self.gradient_state._set_step_boundary_hook(None)
+        self._auto_resume = auto_resume.watch(self)
+        if self._auto_resume is None:
+            self.gradient_state._set_iteration_hook(None)
 
     # -- configuration read back ---------------------------------------------------------------
 

@@ -93,6 +93,16 @@ class GradientState:
         Accelerator's preemption watch; ``None`` removes it)."""
         self.__dict__["_step_boundary_hook"] = hook
 
+    def _set_iteration_hook(self, hook: Callable[[Any], bool] | None) -> None:
+        """Call ``hook(loader)`` as each prepared loader starts an iteration; a True answer makes
+        that iteration empty (auto-resume's finished epochs; ``None`` removes it)."""
+        self.__dict__["_iteration_hook"] = hook
+
+    def _iteration_starting(self, loader: Any) -> bool:
+        """A prepared loader starts an iteration; True when it must yield nothing."""
+        hook = self.__dict__.get("_iteration_hook")
+        return bool(hook(loader)) if hook is not None else False
+
     def _batch_requested(self) -> None:
         """A prepared loader was asked for its next batch: the step before it is over."""
         hook = self.__dict__.get("_step_boundary_hook")

@@ -38,6 +38,7 @@ import torch
 
 if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
+    from accel_core.configuration import ProjectConfiguration
 
 #: The exit code of every process of a job stopped by the preemption signal once its checkpoint
 #: is complete (``EX_TEMPFAIL``); accel-launch exits with it too.
@@ -220,17 +221,21 @@ def checkpoint_folder_configured(accelerator: Accelerator) -> bool:
     return bool(configuration.project_dir) and bool(configuration.automatic_checkpoint_naming)
 
 
-def watch(accelerator: Accelerator) -> PreemptionWatch | None:
-    """Start listening for the preemption signal when it is on and a checkpoint has a place;
-    ``ACCEL_PROJECT_DIR`` gives one to a script without a project folder."""
-    signum = preemption_signal()
-    if signum is None:
-        return None
-    configuration = accelerator.project_configuration
+def adopt_project_dir(configuration: ProjectConfiguration) -> None:
+    """``ACCEL_PROJECT_DIR`` (``accel launch --project_dir``) becomes the project folder, with
+    automatic checkpoint naming, of a script that sets no project folder itself."""
     opted_in = os.environ.get(PROJECT_DIR_VARIABLE, "").strip()
     if not configuration.project_dir and opted_in:
         configuration.set_directories(opted_in)
         configuration.automatic_checkpoint_naming = True
+
+
+def watch(accelerator: Accelerator) -> PreemptionWatch | None:
+    """Start listening for the preemption signal when it is on and a checkpoint has a place
+    (a project folder with automatic checkpoint naming)."""
+    signum = preemption_signal()
+    if signum is None:
+        return None
     if not checkpoint_folder_configured(accelerator):
         return None
     watcher = PreemptionWatch(accelerator, signum)

@@ -73,6 +73,8 @@ class Checkpointer:
         self.save_pre_hooks: OrderedDict[int, SaveHook] = OrderedDict()
         self.load_pre_hooks: OrderedDict[int, LoadHook] = OrderedDict()
         self.background_saver = BackgroundSaver()
+        #: whether ``load_state`` ran (auto-resume leaves a script that loads by itself alone)
+        self.loaded_any = False
 
     @property
     def save_iteration(self) -> int:
@@ -258,7 +260,16 @@ class Checkpointer:
         config = self.project_configuration
         if number is not None and config.automatic_checkpoint_naming:
             config.iteration = number + 1
+        self.loaded_any = True
         logger.info("Loaded state from %s", folder)
+
+    def has_complete_checkpoint(self) -> bool:
+        """Whether the project folder holds a complete automatic checkpoint to resume from."""
+        config = self.project_configuration
+        if not (config.automatic_checkpoint_naming and config.project_dir):
+            return False
+        checkpoints = Path(config.project_dir) / names.CHECKPOINTS_FOLDER
+        return bool(folders.automatic_checkpoints(checkpoints))
 
     def _checkpoint_source(self, input_dir: str | os.PathLike[str] | None) -> Path:
         config = self.project_configuration

@@ -188,6 +188,8 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin, TracksProgress):
             send_to_device,
         )
 
+        if self.gradient_state._iteration_starting(self):
+            return  # an epoch finished before an auto-resume (accel_core.auto_resume)
         rank, world = self.state.process_index, self.state.num_processes
         self._layout = None
         progress = self.progress

@@ -74,6 +74,8 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin, TracksProgress):
         return self._skipped_by_sampler + self.skip_batches
 
     def __iter__(self) -> Iterator[Any]:
+        if self.gradient_state._iteration_starting(self):
+            return  # an epoch finished before an auto-resume (accel_core.auto_resume)
         if self.rng_types:
             from accel_core.seeding import synchronize_rng_states
 

@@ -107,6 +107,7 @@ def run_elastic(
         LaunchConfig,
         shutdown_timeout=max(int(round(float(plan["preemption_grace"]))), 1),
         signals_to_handle=handled,
+        local_addr=faults.local_address(str(plan["main_process_ip"])),
     )
     config = LaunchConfig(
         min_nodes=int(plan["min_machines"]),

@@ -60,6 +60,21 @@ def supported_fields(config_class: type, **values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if name in names}
 
 
+def local_address(main_address: str) -> str:
+    """This machine's address on the route to ``main_address`` (a UDP ``connect`` sends
+    nothing). A c10d round publishes its rank 0's address to the workers as ``MASTER_ADDR``;
+    torch would publish the host name, which another machine may not resolve to this one."""
+    import socket
+
+    try:
+        family = socket.AF_INET6 if ":" in main_address else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect((main_address, 9))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return main_address
+
+
 def prepare_agent_environment(environ: MutableMapping[str, str], backend: str) -> None:
     """With c10d, ask torch's agent for a workers' store per round (hosted by their rank 0)."""
     if backend == "c10d":

@@ -300,7 +300,7 @@ def _machine_range(values: dict[str, Value]) -> None:
     high = int(values["num_machines"].value)
     if values["rdzv_backend"].value is None:
         chosen = "c10d" if high > 1 else "static"
-        values["rdzv_backend"] = Value(chosen, f"default for {high} machine(s)")
+        values["rdzv_backend"] = Value(chosen, "default")
     low_value = values["min_machines"]
     if low_value.value is None:
         values["min_machines"] = Value(high, "--num_machines")
