@@ -119,7 +119,7 @@ def elastic_store(env: LaunchEnvironment, timeout: timedelta) -> dist.Store:
     # The agent's store outlives restarts: a key space per attempt (agents of a static rendezvous
     # restart together, so they agree on the count). A store of the group's own rank 0 is new
     # every round, and the restart counts of its machines may differ (a replacement starts at 0).
-    prefix = f"accel/attempt_{attempt}/" if agent_store else "accel/"
+    prefix = f"accel/attempt_{attempt}" if agent_store else "accel"  # PrefixStore adds a "/"
     space: dist.Store = dist.PrefixStore(prefix, store)
     _meet(space, env, waiting)
     store.set_timeout(timeout)
