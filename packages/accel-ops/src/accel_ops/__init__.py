@@ -246,7 +246,7 @@ from accel_ops.zero3 import (
     GatheredParameters,
 )
 
-__version__ = "0.2.2"
+__version__ = "0.2.3"
 
 __all__ = [
     "BETA_CP_AVAILABLE_PYTORCH_VERSION",
