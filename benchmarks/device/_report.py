@@ -29,7 +29,7 @@ def run(step: str, body) -> None:
     """Run ``body`` (returns (ok, numbers)); an exception is a FAIL naming it, exit code 1."""
     try:
         ok, numbers = body()
-    except Exception as error:  # noqa: BLE001 - every failure becomes a FAIL line
+    except Exception as error:
         traceback.print_exc()
         report(step, False, error=f"{type(error).__name__}: {error}"[:600])
         sys.exit(1)

@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
-
 from _report import device, run
+from safetensors.torch import save_file
 
 WIDTH, LAYERS = 1024, 12  # 12 x (1024*1024 + 1024) float32 = ~50 MB
 
@@ -61,16 +60,24 @@ def body():
         max_memory = {0: 4 * layer + layer // 2, "cpu": 4 * layer + layer // 2}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        save_file({k: v.contiguous() for k, v in reference.state_dict().items()}, tmp / "model.safetensors")
+        save_file(
+            {k: v.contiguous() for k, v in reference.state_dict().items()},
+            tmp / "model.safetensors",
+        )
         with init_empty_weights():
             empty = Net()
-        device_map = infer_auto_device_map(empty, max_memory=max_memory, no_split_module_classes=["Layer"])
+        device_map = infer_auto_device_map(
+            empty, max_memory=max_memory, no_split_module_classes=["Layer"]
+        )
         placed = sorted({str(v) for v in device_map.values()})
         with init_empty_weights():
             empty = Net()
         start = time.perf_counter()
         model = load_checkpoint_and_dispatch(
-            empty, str(tmp / "model.safetensors"), device_map=device_map, offload_folder=str(tmp / "offload")
+            empty,
+            str(tmp / "model.safetensors"),
+            device_map=device_map,
+            offload_folder=str(tmp / "offload"),
         )
         load_s = time.perf_counter() - start
         model.eval()

@@ -11,8 +11,7 @@ from __future__ import annotations
 import math
 
 import torch
-
-from _report import device, run
+from _report import run
 
 STEPS = 30
 
@@ -23,7 +22,11 @@ def body():
     torch.manual_seed(0)
     accelerator = Accelerator(mixed_precision="fp16")
     model = torch.nn.Sequential(
-        torch.nn.Linear(64, 256), torch.nn.GELU(), torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 1)
+        torch.nn.Linear(64, 256),
+        torch.nn.GELU(),
+        torch.nn.Linear(256, 256),
+        torch.nn.GELU(),
+        torch.nn.Linear(256, 1),
     )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     seen_dtypes: set[str] = set()

@@ -16,8 +16,7 @@ import sys
 
 import torch
 import torch.distributed as dist
-
-from _report import report, run
+from _report import run
 
 NAME = sys.argv[1] if len(sys.argv) > 1 else "3 nccl"
 
@@ -77,7 +76,9 @@ def body():
         "device": str(dev),
         "backend": backend,
         "state_backend": state.backend,
-        "nccl_version": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
+        "nccl_version": ".".join(map(str, torch.cuda.nccl.version()))
+        if torch.cuda.is_available()
+        else None,
         "all_reduce": t.tolist(),
         "gather": g.tolist(),
         "reduce_sum": r_sum.item(),

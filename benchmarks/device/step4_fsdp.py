@@ -13,7 +13,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from _report import device, run
 
 FEATURES, HIDDEN, BATCH, STEPS = 16, 64, 32, 6
@@ -102,7 +101,9 @@ def fsdp_accelerator():
     from accel.utils import FullyShardedDataParallelPlugin
 
     plugin = FullyShardedDataParallelPlugin(
-        fsdp_version=2, auto_wrap_policy="transformer_based_wrap", transformer_cls_names_to_wrap=["Block"]
+        fsdp_version=2,
+        auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["Block"],
     )
     return Accelerator(fsdp_plugin=plugin)
 
@@ -141,10 +142,10 @@ def body():
         loaded = full(accelerator, model)
         resumed = accel_train(accelerator, model, opt, range(3, STEPS))
         resumed_weights = full(accelerator, model)
-    loss_diff = max(abs(a - b) for a, b in zip(losses, plain_losses))
+    loss_diff = max(abs(a - b) for a, b in zip(losses, plain_losses, strict=True))
     weight_diff = max_diff(fsdp_weights, plain_weights)
     load_diff = max_diff(saved, loaded)
-    resume_loss_diff = max(abs(a - b) for a, b in zip(after, resumed))
+    resume_loss_diff = max(abs(a - b) for a, b in zip(after, resumed, strict=True))
     resume_weight_diff = max_diff(fsdp_weights, resumed_weights)
     numbers = {
         "device": str(accelerator.device),

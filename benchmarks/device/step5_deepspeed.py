@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 import torch
-
 from _report import device, run
 
 FEATURES, HIDDEN, BATCH, STEPS = 16, 64, 16, 8
@@ -22,7 +21,10 @@ TOL = 1e-5
 def new_model(seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     return torch.nn.Sequential(
-        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.Tanh(), torch.nn.Linear(HIDDEN, HIDDEN), torch.nn.Tanh(),
+        torch.nn.Linear(FEATURES, HIDDEN),
+        torch.nn.Tanh(),
+        torch.nn.Linear(HIDDEN, HIDDEN),
+        torch.nn.Tanh(),
         torch.nn.Linear(HIDDEN, 2),
     )
 
@@ -60,7 +62,9 @@ def reset():
 
 
 def weights(accelerator, model):
-    return {k: v.detach().cpu().float().clone() for k, v in accelerator.get_state_dict(model).items()}
+    return {
+        k: v.detach().cpu().float().clone() for k, v in accelerator.get_state_dict(model).items()
+    }
 
 
 def max_diff(a, b):
@@ -81,7 +85,10 @@ def body():
     model, opt, data = accelerator.prepare(model, opt, loader())
     engine = type(model).__name__
     stage = model.zero_optimization_stage()
-    config = {k: plugin.deepspeed_config.get(k) for k in ("gradient_clipping", "train_micro_batch_size_per_gpu", "zero_optimization")}
+    config = {
+        k: plugin.deepspeed_config.get(k)
+        for k in ("gradient_clipping", "train_micro_batch_size_per_gpu", "zero_optimization")
+    }
     losses = []
     for x, y in data:
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -106,7 +113,7 @@ def body():
         moved = max_diff(trained, weights(accelerator, model))
         accelerator.load_state(str(ckpt))
         loaded = weights(accelerator, model)
-    loss_diff = max(abs(a - b) for a, b in zip(losses, plain_losses))
+    loss_diff = max(abs(a - b) for a, b in zip(losses, plain_losses, strict=True))
     weight_diff = max_diff(trained, plain_weights)
     load_diff = max_diff(trained, loaded)
     numbers = {
@@ -124,7 +131,12 @@ def body():
         "max_diff_saved_vs_loaded": load_diff,
         "tolerance": TOL,
     }
-    ok = stage == 2 and losses[-1] < losses[0] and max(loss_diff, weight_diff, load_diff) <= TOL and moved > 0
+    ok = (
+        stage == 2
+        and losses[-1] < losses[0]
+        and max(loss_diff, weight_diff, load_diff) <= TOL
+        and moved > 0
+    )
     accelerator.end_training()
     return ok, numbers
 

@@ -134,8 +134,9 @@ def test_a_group_that_cannot_form_names_the_missing_rank(tmp_path: Path) -> None
     assert time.monotonic() - started < 60
     assert result.returncode == 1
     assert "GroupFormationError" in result.stderr
-    assert "did not form within 3 s (ACCEL_JOIN_TIMEOUT); still missing: rank(s) 1 (on machine 0" in (
-        result.stderr
+    assert (
+        "did not form within 3 s (ACCEL_JOIN_TIMEOUT); still missing: rank(s) 1 (on machine 0"
+        in (result.stderr)
     )
 
 
@@ -189,7 +190,11 @@ def test_a_second_signal_during_the_save_corrupts_nothing(
     assert stopped.returncode in (PREEMPTED, 128 + signal.SIGTERM), stopped.stderr[-3000:]
     checkpoints = tmp_path / "checkpoints"
     complete = sorted(
-        (folder for folder in checkpoints.iterdir() if (folder / "accel_checkpoint.json").is_file()),
+        (
+            folder
+            for folder in checkpoints.iterdir()
+            if (folder / "accel_checkpoint.json").is_file()
+        ),
         key=lambda folder: int(folder.name.rsplit("_", 1)[1]),
     )
     assert _checkpoint_step(complete[-1]) in (12, 14, 15)
@@ -212,7 +217,7 @@ def test_a_process_started_without_accel_launch_saves_on_its_own(tmp_path: Path)
     project = tmp_path / "preempted"
     scontrol = tmp_path / "bin" / "scontrol"  # SLURM's command, as a stand-in that records
     scontrol.parent.mkdir()
-    scontrol.write_text(f"#!/bin/sh\necho \"$@\" > {tmp_path / 'scontrol.args'}\n")
+    scontrol.write_text(f'#!/bin/sh\necho "$@" > {tmp_path / "scontrol.args"}\n')
     scontrol.chmod(0o755)
     path = f"{scontrol.parent}{os.pathsep}{os.environ['PATH']}"
     stopped = run(
@@ -229,9 +234,7 @@ def test_a_process_started_without_accel_launch_saves_on_its_own(tmp_path: Path)
 
 
 def test_preemption_off_keeps_the_signals_default(tmp_path: Path) -> None:
-    stopped = _launch(
-        tmp_path, "--signal-at", "5", launch_args=("--preemption_signal", "none")
-    )
+    stopped = _launch(tmp_path, "--signal-at", "5", launch_args=("--preemption_signal", "none"))
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr[-3000:]
     assert "no preemption checkpoint was written" in stopped.stderr
     assert _checkpoint_step(tmp_path / "checkpoints" / "checkpoint_0") == 4

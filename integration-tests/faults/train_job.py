@@ -97,9 +97,9 @@ def main() -> None:
         batches = accelerator.skip_first_batches(loader, skip) if skip else loader
         skip = 0
         for inputs, labels in batches:
-            if counter.step == args.die_at and attempt == "0":
-                if accelerator.process_index == args.die_rank:
-                    os.kill(os.getpid(), signal.SIGKILL)
+            dying = attempt == "0" and accelerator.process_index == args.die_rank
+            if counter.step == args.die_at and dying:
+                os.kill(os.getpid(), signal.SIGKILL)
             signalling = accelerator.process_index == args.signal_rank and not once.exists()
             if counter.step == args.signal_at and signalling:
                 once.touch()  # once per job: a replacement machine starts at attempt 0 again

@@ -44,7 +44,7 @@ def test_num_machines_min_max():
 def test_a_range_on_the_static_rendezvous_is_refused():
     with pytest.raises(AccelLaunchError, match=r"a range of machines \(1:2\) needs an elastic"):
         resolve(flags(*TWO[2:], "--num_machines", "1:2", "--rdzv_backend", "static"), {}, {})
-    with pytest.raises(AccelLaunchError, match="--min_machines 3 .* between 1 and"):
+    with pytest.raises(AccelLaunchError, match=r"--min_machines 3 .* between 1 and"):
         resolve(flags(*TWO, "--min_machines", "3"), {}, {})
 
 
@@ -57,8 +57,13 @@ def test_bad_machine_ranges(text, capsys):
 
 @pytest.mark.parametrize(
     ("given", "canonical"),
-    [("SIGTERM", "SIGTERM"), ("usr1", "SIGUSR1"), ("SIGUSR2", "SIGUSR2"), ("10", "SIGUSR1"),
-     ("none", "none")],
+    [
+        ("SIGTERM", "SIGTERM"),
+        ("usr1", "SIGUSR1"),
+        ("SIGUSR2", "SIGUSR2"),
+        ("10", "SIGUSR1"),
+        ("none", "none"),
+    ],
 )
 def test_preemption_signal_names(given, canonical):
     plan = resolve(flags("--cpu", "--preemption_signal", given), {}, {})
@@ -73,8 +78,12 @@ def test_a_signal_that_cannot_be_caught_is_refused(given):
 
 
 def test_worker_environment_and_config_keys():
-    config = {"preemption_signal": "SIGUSR1", "auto_resume": True, "project_dir": "/runs/a",
-              "join_timeout": 60.0}
+    config = {
+        "preemption_signal": "SIGUSR1",
+        "auto_resume": True,
+        "project_dir": "/runs/a",
+        "join_timeout": 60.0,
+    }
     env = accel_environment(resolve(flags("--cpu"), {}, config, "c.yaml"))
     assert env["ACCEL_PREEMPTION_SIGNAL"] == "SIGUSR1"
     assert env["ACCEL_AUTO_RESUME"] == "true"
@@ -129,8 +138,16 @@ def test_a_script_option_is_not_taken_for_a_launcher_option(tmp_path):
     script = tmp_path / "echo.py"
     script.write_text("import sys; print(sys.argv[1:])")
     result = subprocess.run(
-        [sys.executable, "-c", "from accel_launch.cli import main; main()", "launch", "--cpu",
-         str(script), "--project", "x"],
+        [
+            sys.executable,
+            "-c",
+            "from accel_launch.cli import main; main()",
+            "launch",
+            "--cpu",
+            str(script),
+            "--project",
+            "x",
+        ],
         capture_output=True,
         text=True,
         timeout=120,

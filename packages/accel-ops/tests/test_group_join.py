@@ -48,7 +48,7 @@ def test_join_timeout_variable(monkeypatch):
     assert join_timeout({}) == DEFAULT_JOIN_TIMEOUT
     assert join_timeout({"ACCEL_JOIN_TIMEOUT": "2.5"}) == 2.5
     for bad in ("0", "-1", "soon"):
-        with pytest.raises(ValueError, match="ACCEL_JOIN_TIMEOUT=.* is not a number of seconds"):
+        with pytest.raises(ValueError, match=r"ACCEL_JOIN_TIMEOUT=.* is not a number of seconds"):
             join_timeout({"ACCEL_JOIN_TIMEOUT": bad})
 
 
@@ -96,8 +96,10 @@ def test_an_unreachable_store_is_named(monkeypatch):
     port = _free_port()  # nothing listens there
     extra = {"TORCHELASTIC_USE_AGENT_STORE": "True", "ACCEL_JOIN_TIMEOUT": "1"}
     env = _environment(monkeypatch, 1, 2, port, **extra)
-    with pytest.raises(GroupFormationError, match=f"rank 1 could not reach the elastic agent's "
-                       f"store at 127.0.0.1:{port} within 1 s"):
+    with pytest.raises(
+        GroupFormationError,
+        match=f"rank 1 could not reach the elastic agent's store at 127.0.0.1:{port} within 1 s",
+    ):
         elastic_store(env, timedelta(seconds=60))
 
 

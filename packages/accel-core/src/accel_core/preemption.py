@@ -142,10 +142,8 @@ class PreemptionWatch:
         if self._stopping:
             return
         signalled = self.received is not None
-        if self._agreement is None:
-            decided = signalled
-        else:
-            decided = self._agreement.vote(signalled)
+        agreement = self._agreement
+        decided = signalled if agreement is None else agreement.vote(signalled)
         if decided:
             self._stopping = True
             if self._agreement is not None:

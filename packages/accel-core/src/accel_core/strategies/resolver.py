@@ -6,7 +6,6 @@ The Accelerator calls :func:`resolve_strategy` once and then only uses what it r
 from __future__ import annotations
 
 import os
-
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 

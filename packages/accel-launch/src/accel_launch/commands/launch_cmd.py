@@ -54,9 +54,7 @@ HELP = "Launch a training script."
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     """Register ``accel launch``."""
     # no abbreviations: a script's own --project must not be read as the launcher's --project_dir
-    parser = commands.add_parser(
-        "launch", help=HELP, description=DESCRIPTION, allow_abbrev=False
-    )
+    parser = commands.add_parser("launch", help=HELP, description=DESCRIPTION, allow_abbrev=False)
     _add_arguments(parser)
     parser.set_defaults(run=run)
     return parser

@@ -105,7 +105,7 @@ def run_elastic(
     os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = handled
     newer = faults.supported_fields(
         LaunchConfig,
-        shutdown_timeout=max(int(round(float(plan["preemption_grace"]))), 1),
+        shutdown_timeout=max(round(float(plan["preemption_grace"])), 1),
         signals_to_handle=handled,
         local_addr=faults.local_address(str(plan["main_process_ip"])),
     )

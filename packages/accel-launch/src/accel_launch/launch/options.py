@@ -436,9 +436,7 @@ def parse_machines(text: str | int) -> int | tuple[int, int]:
             f"{text!r} is not a number of machines; expected N or MIN:MAX, e.g. 2 or 1:2"
         ) from None
     if not 1 <= numbers[0] <= numbers[1]:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: expected 1 <= MIN <= MAX in MIN:MAX, e.g. 1:2"
-        )
+        raise argparse.ArgumentTypeError(f"{text!r}: expected 1 <= MIN <= MAX in MIN:MAX, e.g. 1:2")
     return numbers if colon else numbers[0]
 
 

@@ -308,8 +308,7 @@ def _machine_range(values: dict[str, Value]) -> None:
     low = int(low_value.value)
     if not 1 <= low <= high:
         raise AccelLaunchError(
-            f"--min_machines {low} ({low_value.source}) must be between 1 and --num_machines "
-            f"{high}"
+            f"--min_machines {low} ({low_value.source}) must be between 1 and --num_machines {high}"
         )
     if low < high and values["rdzv_backend"].value == "static":
         raise AccelLaunchError(
