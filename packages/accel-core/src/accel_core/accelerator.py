@@ -361,8 +361,10 @@ class Accelerator(
                 if hasattr(sampler, "even_batches"):
                     saved.append((sampler, sampler.even_batches))
                     sampler.even_batches = even_batches
+        # the ranks make different numbers of backward passes in the block: no preemption votes
+        pause = self._preemption.paused() if self._preemption else contextlib.nullcontext()
         try:
-            with self.strategy.join(joinables):
+            with pause, self.strategy.join(joinables):
                 yield
         finally:
             for sampler, value in saved:

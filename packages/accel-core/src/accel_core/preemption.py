@@ -3,17 +3,17 @@
 When a process receives the preemption signal (``SIGTERM`` unless ``ACCEL_PREEMPTION_SIGNAL``
 names another, e.g. ``SIGUSR1`` for SLURM's ``--signal=USR1@90``), the handler only records it.
 The script goes on with its step, its own bookkeeping included, until it asks a prepared data
-loader for the next batch: that request is the step boundary. There the ranks agree on one
-boundary (below), every rank calls ``save_state()`` into the project's automatic checkpoint
+loader for the next batch: that request is the step boundary. Once the ranks agreed (below), every
+rank calls ``save_state()`` into the project's automatic checkpoint
 folder, the main process prints one line saying where the checkpoint is and how to resume, and
 every process exits with :data:`PREEMPTED_EXIT_CODE` (75, ``EX_TEMPFAIL``: try again).
 
-Agreement costs no waiting: at each boundary a rank starts an asynchronous all-reduce (MAX) of
-"I was signalled" on a gloo group of its own and reads the result of the previous boundary's.
-Every rank reads the same result at the same boundary, so all of them stop after the same step,
-one step after the first rank saw the signal. That needs every rank to ask its prepared loaders
-for the same number of batches, which they do unless a loader was prepared with
-``even_batches=False`` (such loaders take no part).
+The ranks agree without waiting: every few ``accelerator.backward`` calls (which every rank
+makes in step, or the job would hang anyway) they vote with an asynchronous all-reduce on a gloo
+group of their own, and read the vote at the next one (about every :data:`VOTE_SECONDS`). Every
+rank reads the same result after the same backward pass, so all of them stop at the batch request
+after that step: a fraction of a second after the signal. Loops without ``backward`` (evaluation)
+take no part, so a loop that only some ranks run can't make the others wait.
 
 On by default where a checkpoint has a place to go: ``ProjectConfiguration(project_dir=...,
 automatic_checkpoint_naming=True)``, or ``ACCEL_PROJECT_DIR`` (``accel launch --project_dir``)
@@ -24,13 +24,15 @@ requeued (``scontrol requeue``) unless ``ACCEL_SLURM_REQUEUE=0``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +51,11 @@ REQUEUE_VARIABLE = "ACCEL_SLURM_REQUEUE"
 #: The file in the launcher's report folder (``ACCEL_HANG_REPORT_DIR``) that tells it the job
 #: stopped for preemption with a complete checkpoint (JSON: ``checkpoint``, ``signal``, ``line``).
 MARKER_FILE = "preempted.json"
+#: About how many seconds of training lie between two votes of the ranks (see _Agreement);
+#: ``ACCEL_PREEMPTION_VOTE_SECONDS`` sets it (0: a vote at every backward pass).
+VOTE_SECONDS = 0.2
+VOTE_VARIABLE = "ACCEL_PREEMPTION_VOTE_SECONDS"
+MAX_VOTE_INTERVAL = 10_000
 _OFF = frozenset({"", "none", "off", "no", "0", "false"})
 
 
@@ -73,37 +80,78 @@ def preemption_signal(environ: dict[str, str] | None = None) -> signal.Signals |
         ) from None
 
 
-class _Agreement:
-    """One boundary's vote read at the next: an asynchronous MAX all-reduce on a gloo group."""
+def vote_seconds(environ: dict[str, str] | None = None) -> float:
+    """``ACCEL_PREEMPTION_VOTE_SECONDS`` (seconds >= 0), else :data:`VOTE_SECONDS`."""
+    text = (os.environ if environ is None else environ).get(VOTE_VARIABLE, "").strip()
+    if not text:
+        return VOTE_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:
+        raise ValueError(f"{VOTE_VARIABLE}={text!r} is not a number of seconds >= 0, e.g. 0.2")
+    return seconds
 
-    def __init__(self) -> None:
+
+class _Agreement:
+    """Votes on a gloo group of its own, every few backward passes, read one vote later.
+
+    A vote is an asynchronous MAX all-reduce of ``[signalled, interval]``: whether any rank was
+    signalled, and how many backward passes to the next vote (each rank proposes enough for about
+    :data:`VOTE_SECONDS` of training, the largest proposal wins). A rank starts vote ``v`` and
+    reads vote ``v - 1`` at the same backward pass as every other rank, so they all decide
+    together; the vote costs one small all-reduce every :data:`VOTE_SECONDS`, never a wait.
+    """
+
+    def __init__(self, seconds: float = VOTE_SECONDS) -> None:
+        self._seconds = seconds
         self._group: Any = None
         self._buffer: torch.Tensor | None = None
         self._work: Any = None
+        self._countdown = 1
+        self._interval = 1  # the backward passes between the last vote and this one
+        self._since = time.perf_counter()
 
-    def vote(self, stop: bool) -> bool:
-        """Vote ``stop`` for this boundary; returns whether any rank voted so at the previous."""
+    def after_backward(self, signalled: bool) -> bool:
+        """Count a backward pass (every rank makes the same ones); at a vote, start this vote and
+        return the previous one's decision."""
+        self._countdown -= 1
+        if self._countdown > 0:
+            return False
         import torch.distributed as dist
 
         if self._group is None:
-            # all ranks reach their first boundary together; gloo takes CPU tensors under NCCL too
+            # every rank reaches its first backward pass; gloo takes CPU tensors under NCCL too
             self._group = dist.new_group(backend="gloo")
+        decided, interval = False, 1
+        if self._work is not None:
+            self._work.wait()
+            assert self._buffer is not None
+            decided, interval = bool(self._buffer[0].item()), int(self._buffer[1].item())
+        now = time.perf_counter()
+        per_pass = (now - self._since) / self._interval
+        self._since = now
+        proposal = min(max(int(self._seconds / max(per_pass, 1e-6)), 1), MAX_VOTE_INTERVAL)
+        self._buffer = torch.tensor([int(signalled), proposal], dtype=torch.int64)
+        self._work = dist.all_reduce(
+            self._buffer, op=dist.ReduceOp.MAX, group=self._group, async_op=True
+        )
+        self._countdown = self._interval = interval
+        return decided
+
+    def settle(self) -> bool:
+        """Wait for the vote in flight (every rank started it); returns its decision. The next
+        backward pass votes again."""
         decided = False
         if self._work is not None:
             self._work.wait()
             assert self._buffer is not None
-            decided = bool(self._buffer.item())
-        self._buffer = torch.tensor([int(stop)], dtype=torch.int32)
-        self._work = dist.all_reduce(
-            self._buffer, op=dist.ReduceOp.MAX, group=self._group, async_op=True
-        )
-        return decided
-
-    def settle(self) -> None:
-        """Wait for the vote in flight (every rank started it), before anything else is sent."""
-        if self._work is not None:
-            self._work.wait()
+            decided = bool(self._buffer[0].item())
             self._work = None
+        self._countdown = self._interval = 1
+        self._since = time.perf_counter()
+        return decided
 
 
 class PreemptionWatch:
@@ -113,8 +161,11 @@ class PreemptionWatch:
         self.accelerator = accelerator
         self.signum = signum
         self.received: signal.Signals | None = None
+        self._decided = False
         self._stopping = False
-        self._agreement = _Agreement() if accelerator.num_processes > 1 else None
+        self._paused = False
+        many = accelerator.num_processes > 1
+        self._agreement = _Agreement(vote_seconds()) if many else None
         self._previous: Any = None
 
     def install(self) -> bool:
@@ -137,14 +188,29 @@ class PreemptionWatch:
         if callable(previous):
             previous(signum, frame)
 
-    def at_boundary(self) -> None:
-        """A prepared loader was asked for its next batch: stop here when the ranks agree."""
-        if self._stopping:
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """No votes inside (``join_uneven_inputs``: ranks make different numbers of backward
+        passes there); the vote in flight is settled first, so every rank starts even."""
+        if self._agreement is not None and self._agreement.settle():
+            self._decided = True  # acted on at the first batch request in the block
+        self._paused = True
+        try:
+            yield
+        finally:
+            self._paused = False
+
+    def after_backward(self) -> None:
+        """``accelerator.backward`` ran: the ranks vote (every few passes) on stopping."""
+        if self._decided or self._paused:
             return
         signalled = self.received is not None
         agreement = self._agreement
-        decided = signalled if agreement is None else agreement.vote(signalled)
-        if decided:
+        self._decided = signalled if agreement is None else agreement.after_backward(signalled)
+
+    def at_boundary(self) -> None:
+        """A prepared loader was asked for its next batch: stop here once the ranks agreed."""
+        if self._decided and not self._stopping:
             self._stopping = True
             if self._agreement is not None:
                 self._agreement.settle()

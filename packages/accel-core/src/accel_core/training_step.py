@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from accel_core.gradient_state import GradientState
     from accel_core.kwargs_handlers import AutocastKwargs
     from accel_core.precision import Precision
+    from accel_core.preemption import PreemptionWatch
     from accel_core.prepared_objects import PreparedObjects
     from accel_core.strategies import Strategy
 
@@ -38,6 +39,7 @@ class TrainingStepMixin:
     gradient_state: GradientState
     _accumulation: Accumulation
     _prepared: PreparedObjects
+    _preemption: PreemptionWatch | None
 
     @property
     def gradient_accumulation_steps(self) -> int:
@@ -89,6 +91,8 @@ class TrainingStepMixin:
         # The strategy scales the loss (through its precision; an engine scales it itself).
         with inflight.waiting_in("backward", loss):
             self.strategy.backward(loss, **kwargs)
+        if self._preemption is not None:
+            self._preemption.after_backward()  # the ranks vote on stopping (accel_core.preemption)
 
     def accumulate(self, *models: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """Context for one batch of gradient accumulation (see :mod:`accel_core.accumulation`)."""

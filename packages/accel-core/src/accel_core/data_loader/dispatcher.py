@@ -238,7 +238,7 @@ class DataLoaderDispatcher(DataLoader, DataLoaderStateMixin, TracksProgress):
                     self.remainder = observed
                 progress.batches += 1
                 yield mine
-                self.gradient_state._batch_requested()  # every rank gets every step
+                self.gradient_state._batch_requested()
                 index += 1
                 batch, layout = upcoming, upcoming_layout
             restore_positioned(resume)

@@ -111,26 +111,18 @@ class DataLoaderShard(DataLoader, DataLoaderStateMixin, TracksProgress):
                     if index >= self.skip_batches:
                         progress.batches += 1
                         yield current
-                        if self._takes_part_in_boundaries:
-                            self.gradient_state._batch_requested()
+                        self.gradient_state._batch_requested()
                     break
                 if index >= self.skip_batches:
                     progress.batches += 1
                     yield current
-                    if self._takes_part_in_boundaries:
-                        self.gradient_state._batch_requested()
+                    self.gradient_state._batch_requested()
                 index += 1
                 current = upcoming
             restore_positioned(resume)
             progress.finish()
         finally:
             self.end()
-
-    @property
-    def _takes_part_in_boundaries(self) -> bool:
-        """Whether every process gets as many batches as the others (not so with
-        ``even_batches=False``): only then are batch requests step boundaries all ranks share."""
-        return bool(getattr(self._batch_sampler_in_use, "even_batches", True))
 
     def _before_read_ahead(self) -> None:
         """Called before each batch is read ahead (the stateful subclass records its state)."""
