@@ -9,8 +9,7 @@ installs and passes its tests with only what it declares.
 Default sessions (what CI runs): every ``tests-<package>``, ``backend-deepspeed``,
 ``backend-nd``, ``backend-xla``, ``integration``, ``conformance``, ``ecosystem``, ``stress``,
 ``faults``, ``profiles``, ``lint`` and ``docs``. On demand: ``bench``, ``demo``, and
-``backend-fsdp`` /
-``backend-ddp`` (one backend's tests alone; the package sessions run them).
+``backend-fsdp`` / ``backend-ddp`` (one backend's tests alone; the package sessions run them).
 """
 
 from __future__ import annotations
