@@ -103,7 +103,11 @@ def _kit_tables() -> list[str]:
         sys.path.insert(0, str(KIT_SOURCE))
     lines = []
     for name in _kit_modules():
-        module = importlib.import_module(name)
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as error:  # accel.utils.rich needs rich, as Accelerate's does
+            lines += [f"## `{name}`", "", f"No names: importing it {error}.", ""]
+            continue
         table: dict[str, str] = dict(vars(module).get("_NAMES", {}))
         unsupported: dict[str, str] = dict(vars(module).get("_UNSUPPORTED", {}))
         written = _written_names(Path(module.__file__))
