@@ -106,7 +106,7 @@ def _kit_tables() -> list[str]:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as error:  # accel.utils.rich needs rich, as Accelerate's does
-            lines += [f"## `{name}`", "", f"No names: importing it {error}.", ""]
+            lines += [f"## `{name}`", "", f"Not read when this site was built: {error}.", ""]
             continue
         table: dict[str, str] = dict(vars(module).get("_NAMES", {}))
         unsupported: dict[str, str] = dict(vars(module).get("_UNSUPPORTED", {}))
