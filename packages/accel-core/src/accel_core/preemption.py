@@ -182,11 +182,10 @@ class PreemptionWatch:
             self._previous = None
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # the handler set before is not called: it would end the process (torch's agent's
+        # raises, the default terminates); ACCEL_PREEMPTION_SIGNAL=none keeps it instead
         if self.received is None:
             self.received = signal.Signals(signum)
-        previous = self._previous
-        if callable(previous):
-            previous(signum, frame)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
