@@ -32,7 +32,7 @@ from harness import HERE, Context, Row
 
 TITLE = "Faults, 2 CPU processes, gloo (preemption of a 499 MB model, a lost machine, listening)"
 JOB = str(HERE / "workloads" / "faults_job.py")
-HF_ENV = {"ACCELERATE_USE_CPU": "1"}  # else Accelerate runs CPU processes without DDP
+HF_ENV = {"ACCELERATE_USE_CPU": "1"}  # with --multi_gpu: MULTI_CPU, 2 processes
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -54,7 +54,8 @@ def _command(ctx: Context, impl: str, folder: Path, *job: str) -> list[str]:
     assert ctx.hf_python is not None
     accelerate = str(Path(ctx.hf_python).parent / "accelerate")
     # LAUNCHER_PID: the job signals Accelerate's launcher (exec keeps the shell's pid)
-    inner = f"LAUNCHER_PID=$$ exec {accelerate} launch --cpu --num_processes 2 " + " ".join(
+    # --multi_gpu with ACCELERATE_USE_CPU=1: 2 CPU processes under torch's agent (--cpu starts one)
+    inner = f"LAUNCHER_PID=$$ exec {accelerate} launch --multi_gpu --num_processes 2 " + " ".join(
         [JOB, impl, str(folder), *job]
     )
     return ["sh", "-c", inner]
@@ -101,14 +102,14 @@ def _listening(ctx: Context) -> list[Row]:
             "step time, preemption watch on",
             "ms",
             median["on"],
-            None,  # Accelerate: its CPU launch is not DDP here (see the note)
+            None,  # Accelerate's column: see benchmarks/faults_vs_accelerate.py
             median["raw"],
         ),
         Row(
             "step time, preemption watch off",
             "ms",
             median["off"],
-            None,  # Accelerate: its CPU launch is not DDP here (see the note)
+            None,  # Accelerate's column: see benchmarks/faults_vs_accelerate.py
             median["raw"],
         ),
         Row(
