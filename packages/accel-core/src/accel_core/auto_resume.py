@@ -23,12 +23,15 @@ if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
 
 VARIABLE = "ACCEL_AUTO_RESUME"
-_ON = frozenset({"1", "true", "yes", "on", "y", "t"})
 
 
 def requested(environ: dict[str, str] | None = None) -> bool:
     """Whether ``ACCEL_AUTO_RESUME`` is on."""
-    return (os.environ if environ is None else environ).get(VARIABLE, "").strip().lower() in _ON
+    from accel_ops.env_values import TRUE_STRINGS
+
+    return (os.environ if environ is None else environ).get(VARIABLE, "").strip().lower() in (
+        TRUE_STRINGS
+    )
 
 
 class AutoResume:

@@ -82,16 +82,10 @@ def preemption_signal(environ: dict[str, str] | None = None) -> signal.Signals |
 
 def vote_seconds(environ: dict[str, str] | None = None) -> float:
     """``ACCEL_PREEMPTION_VOTE_SECONDS`` (seconds >= 0), else :data:`VOTE_SECONDS`."""
-    text = (os.environ if environ is None else environ).get(VOTE_VARIABLE, "").strip()
-    if not text:
-        return VOTE_SECONDS
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds >= 0:
-        raise ValueError(f"{VOTE_VARIABLE}={text!r} is not a number of seconds >= 0, e.g. 0.2")
-    return seconds
+    from accel_ops.env_values import seconds
+
+    environ = os.environ if environ is None else environ
+    return seconds(environ, VOTE_VARIABLE, VOTE_SECONDS, zero_ok=True)
 
 
 class _Agreement:

@@ -25,6 +25,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from accel_ops.env_values import seconds
 from accel_ops.launch_environment import LaunchEnvironment
 
 #: Seconds the ranks of a new group wait for each other before the error names who is missing.
@@ -43,19 +44,8 @@ def under_elastic_agent(environ: dict[str, str] | None = None) -> bool:
 
 def join_timeout(environ: dict[str, str] | None = None) -> float:
     """``ACCEL_JOIN_TIMEOUT`` in seconds (more than 0), else :data:`DEFAULT_JOIN_TIMEOUT`."""
-    text = (os.environ if environ is None else environ).get(JOIN_TIMEOUT_VARIABLE, "").strip()
-    if not text:
-        return DEFAULT_JOIN_TIMEOUT
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise ValueError(
-            f"{JOIN_TIMEOUT_VARIABLE}={text!r} is not a number of seconds above 0; expected e.g. "
-            f"{JOIN_TIMEOUT_VARIABLE}=300"
-        )
-    return seconds
+    environ = os.environ if environ is None else environ
+    return seconds(environ, JOIN_TIMEOUT_VARIABLE, DEFAULT_JOIN_TIMEOUT)
 
 
 def report_fewer_machines(env: LaunchEnvironment) -> bool:
