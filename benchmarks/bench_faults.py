@@ -8,7 +8,7 @@ a hand-written torch DDP loop (``benchmarks/workloads/faults_job.py``).
   launcher's exit; "steps lost" is the last step trained minus the step of the newest checkpoint
   (accel saves on the signal; Accelerate has only the periodic one).
 - **Lost machine**: two accel launchers on loopback (one process each, c10d), saving every 10
-  steps; rank 1 SIGKILLs its own launcher at step 25; a replacement launcher starts at once (or,
+  steps; machine 1's process SIGKILLs its own launcher at step 25; a replacement launcher starts at once (or,
   with ``--num_machines 1:2``, none does). Measured: from the SIGKILL to the first step of the
   resumed group.
 - **Listening cost**: a small MLP (2 layers of 256, batch 16: a few milliseconds a step, where a
@@ -170,16 +170,16 @@ def _lost_machine(ctx: Context, machines: str, replace: bool) -> float:
     job = [JOB, "accel", str(folder), "--steps", "60", "--save-every", "10", "--resume"]
     job += ["--kill-launcher-at", "25"]
 
-    def machine(rank: int) -> subprocess.Popen[bytes]:
+    def machine(rank: int, lose: bool = False) -> subprocess.Popen[bytes]:
         return subprocess.Popen(
             [*launch, "--machine_rank", str(rank), *job],
-            env=_env(),
+            env=_env(**({"LOSE_THIS_MACHINE": "1"} if lose else {})),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
 
     main = machine(0)
-    machine(1).wait(timeout=300)
+    machine(1, lose=True).wait(timeout=300)
     if replace:
         machine(1).wait(timeout=300)
     if main.wait(timeout=300) != 0:

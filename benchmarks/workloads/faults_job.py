@@ -9,7 +9,8 @@ Each rank appends ``step attempt time`` lines to ``FOLDER/steps_<rank>.log``. ``
 times a plain ``save_state()`` at step S (``FOLDER/save_seconds``); ``--signal-at S`` makes rank 0
 record the time and send SIGTERM to its launcher (``ACCEL_LAUNCHER_PID``, or the parent of
 the agent for Accelerate, through ``LAUNCHER_PID`` set by the benchmark); ``--kill-launcher-at``
-does the same with SIGKILL from rank 1, once per folder (a lost machine). ``--resume`` loads the
+does the same with SIGKILL from the machine whose launcher has ``LOSE_THIS_MACHINE=1``, once
+per folder (a lost machine). ``--resume`` loads the
 latest checkpoint at start (accel and Accelerate).
 """
 
@@ -94,7 +95,8 @@ def main() -> None:
             (folder / "signal_time").write_text(repr(time.time()))
             os.kill(launcher, signal.SIGTERM)
         lost = folder / "lost_time"
-        if step == args.kill_launcher_at and rank == 1 and not lost.exists():
+        here = os.environ.get("LOSE_THIS_MACHINE") == "1"  # c10d deals ranks in join order
+        if step == args.kill_launcher_at and here and not lost.exists():
             lost.write_text(repr(time.time()))
             os.kill(launcher, signal.SIGKILL)
         loss = torch.nn.functional.mse_loss(model(inputs), labels)

@@ -255,20 +255,21 @@ def _two_machines(
     launch += ["--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]
     launch += ["--rdzv_conf", "last_call_timeout=2"]
     job = [str(JOB), "--project", str(tmp_path), "--result", str(tmp_path / "result.pt")]
-    job += ["--signal-at", "10", "--signal-rank", "1", "--signal", "SIGKILL"]
+    # machine 1 (whichever ranks c10d deals it) SIGKILLs its own launcher at step 10
+    job += ["--signal-at", "10", "--signal-where", "LOSE_THIS_MACHINE", "--signal", "SIGKILL"]
 
     def machine(rank: int, name: str) -> subprocess.Popen[str]:
         log = open(tmp_path / f"{name}.log", "w")  # noqa: SIM115
+        lose = {"LOSE_THIS_MACHINE": "1"} if name == "machine1" else {}
         return subprocess.Popen(
             [*launch, "--machine_rank", str(rank), *job],
-            env=_environment(),
+            env=_environment(**lose),
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
         )
 
     main = machine(0, "machine0")
-    # machine 1's rank SIGKILLs its own launcher at step 10: the machine is gone
     codes = [machine(1, "machine1").wait(timeout=180)]
     if replace:
         codes.append(machine(1, "replacement").wait(timeout=180))
