@@ -8,9 +8,9 @@ a hand-written torch DDP loop (``benchmarks/workloads/faults_job.py``).
   launcher's exit; "steps lost" is the last step trained minus the step of the newest checkpoint
   (accel saves on the signal; Accelerate has only the periodic one).
 - **Lost machine**: two accel launchers on loopback (one process each, c10d), saving every 10
-  steps; machine 1's process SIGKILLs its own launcher at step 25; a replacement launcher starts at once (or,
-  with ``--num_machines 1:2``, none does). Measured: from the SIGKILL to the first step of the
-  resumed group.
+  steps; machine 1's process SIGKILLs its own launcher at step 25; a replacement launcher starts
+  at once (or, with ``--num_machines 1:2``, none does). Measured: from the SIGKILL to the first
+  step of the resumed group.
 - **Listening cost**: a small MLP (2 layers of 256, batch 16: a few milliseconds a step, where a
   per-step cost shows most) for 1500 steps; median step time after the first 100, accel with the
   preemption watch on (a project folder) and off (``ACCEL_PREEMPTION_SIGNAL=none``) and raw torch
