@@ -321,3 +321,23 @@ def test_auto_resume_after_a_restart_and_a_project_folder_given_at_launch(
     expected = [(step, "0") for step in range(1, 11)] + [(step, "1") for step in range(9, 37)]
     assert _steps(tmp_path, 0) == expected
     _assert_same_weights(tmp_path, reference)
+
+
+def test_launcher_and_workers_agree_on_the_preemption_contract():
+    # accel-launch can't import accel-core (torch): the exit code, the marker file and the
+    # reading of signal names are written in both, and pinned equal here
+    import argparse
+
+    from accel_core import preemption
+    from accel_launch.launch import faults
+    from accel_launch.launch.options import add_options
+    from accel_launch.launch.resolve import resolve
+
+    assert faults.PREEMPTED_EXIT_CODE == preemption.PREEMPTED_EXIT_CODE == PREEMPTED
+    assert faults.MARKER_FILE == preemption.MARKER_FILE
+    parser = argparse.ArgumentParser()
+    add_options(parser)
+    for given in ("SIGTERM", "usr1", "SIGUSR2", "10", "hup", "none"):
+        plan = resolve(parser.parse_args(["--cpu", "--preemption_signal", given]), {}, {})
+        worker_sees = preemption.preemption_signal({"ACCEL_PREEMPTION_SIGNAL": given})
+        assert plan["preemption_signal"] == (worker_sees.name if worker_sees else "none"), given

@@ -25,9 +25,11 @@ import signal
 import sys
 import time
 import traceback
+from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from accel_launch.atomic_write import write_atomically
 from accel_launch.launch import finish
 from accel_launch.launch.finish import run_and_finish
 
@@ -69,13 +71,15 @@ def _write_error_file(path: str, error: BaseException) -> None:
             },
         }
     }
+
     # Written whole, then renamed into place: the agent reads the file as soon as it sees the
     # worker fail, and may stop the worker mid-write; an empty file crashes the agent's parser.
-    partial = f"{path}.partial"
-    try:
-        with open(partial, "w", encoding="utf-8") as file:
+    def write(temporary: str) -> None:
+        with open(temporary, "w", encoding="utf-8") as file:
             json.dump(data, file)
-        os.replace(partial, path)
+
+    try:
+        write_atomically(Path(path), write)
     except OSError:
         pass
 
