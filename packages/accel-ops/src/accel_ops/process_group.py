@@ -115,10 +115,11 @@ def place_process(
         )
     chosen = backend or ("nccl" if device.type == "cuda" else "gloo")
     kwargs = dict(init_kwargs)
-    if "init_method" not in kwargs and "store" not in kwargs and under_elastic_agent():
+    rendezvous_given = "init_method" in kwargs or "store" in kwargs
+    if not rendezvous_given and under_elastic_agent():
         # a key space of this attempt's own, met within a bounded time (see group_join)
         kwargs["store"] = elastic_store(env, timeout)
-    elif "init_method" not in kwargs and "store" not in kwargs:
+    elif not rendezvous_given:
         if env.master_port is None:
             raise LaunchEnvironmentError(
                 f"MASTER_PORT is not set but WORLD_SIZE={env.world_size}; expected the port of "
