@@ -157,6 +157,8 @@ def backend_deepspeed(session: nox.Session) -> None:
     _install_local(
         session, ["accel-backends", "accel-testing"], extras="deepspeed", env={"DS_BUILD_OPS": "0"}
     )
+    # DeepSpeed's checkpoints into a real S3 server (test_deepspeed_object_storage.py)
+    session.install(f"{LOCAL['accel-core']}[s3]", f"{LOCAL['accel-testing']}[s3]")
     session.run("pip", "check")
     tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_deepspeed_*.py"))
     _pytest(session, *tests, env={"DS_ACCELERATOR": "cpu"})
@@ -235,6 +237,7 @@ def integration(session: nox.Session) -> None:
         "--ignore=integration-tests/conformance",
         "--ignore=integration-tests/ecosystem",
         "--ignore=integration-tests/faults",
+        "--ignore=integration-tests/storage",
     ]
     _pytest(session, "integration-tests", *ignored, env=env)
 
@@ -285,10 +288,19 @@ def faults(session: nox.Session) -> None:
     """Jobs that meet faults, for real: a worker killed and the group restarted (static and c10d
     rendezvous), a group that can't form, SIGTERM/SIGUSR1 preemption and resume, a second signal
     during the save, a lost machine (two launchers on loopback) replaced or left behind, and
-    auto-resume; each compared bit for bit with the same job run without a fault."""
+    auto-resume; each compared bit for bit with the same job run without a fault.
+
+    Then checkpoints in object storage (``integration-tests/storage``): a moto S3 server in a
+    process of its own and jobs on 2 CPU processes saving to ``s3://`` (rotation, SIGKILL during
+    an upload and resume, FSDP2 shards saved in the background, ``save_model`` read back with
+    safetensors, ``storage_options``). One venv for both: the same packages, plus s3fs and moto.
+    """
     session.install(*TEST_TOOLS)
-    _install_local(session, ["accel-core", "accel-launch", "accel-testing"])
-    _pytest(session, "integration-tests/faults")
+    # extras "s3": accel-core's (s3fs) and accel-testing's (moto's server)
+    names = ["accel-core", "accel-backends", "accel-launch", "accel-testing"]
+    _install_local(session, names, extras="s3")
+    session.run("pip", "check")
+    _pytest(session, "integration-tests/faults", "integration-tests/storage")
 
 
 @nox.session

@@ -32,6 +32,26 @@ def run(
     )
 
 
+def run_workers_with(
+    workers: str,
+    function: str,
+    out: Path,
+    *args: str,
+    env: dict[str, str],
+    processes: int = 2,
+    timeout: float = 240,
+) -> list[WorkerResult]:
+    """Run ``<workers>.<function>(out, *args)`` (a module beside this one) on ``processes``
+    real processes, with ``env`` added to the workers' environment."""
+    return run_workers(
+        processes,
+        function=f"{Path(__file__).parent / workers}::{function}",
+        args=[str(out), *args],
+        env=worker_env(**env),
+        timeout=timeout,
+    )
+
+
 def results(out: Path) -> Any:
     """What the workers wrote into ``out/results.json``."""
     return json.loads((out / "results.json").read_text())

@@ -25,7 +25,7 @@ def test_without_a_plugin_it_builds_one_of_version_2():
     assert isinstance(strategy.plugin, FullyShardedDataParallelPlugin)
     assert strategy.plugin.fsdp_version == 2
     assert strategy.name == "fsdp" and strategy.replicates_model is False
-    assert strategy.supports_async_save is False
+    assert strategy.supports_async_save is True
 
 
 def test_plugin_fields_are_options():

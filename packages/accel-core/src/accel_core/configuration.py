@@ -97,6 +97,16 @@ class ProjectConfiguration:
         total_limit: keep at most this many automatic checkpoints.
         iteration: the number of the next automatic checkpoint.
         save_on_each_node: write checkpoints on every node, not only the main one.
+        storage_options: for a ``project_dir`` or checkpoint folder given as a URL
+            (``s3://bucket/run``): the options of its fsspec filesystem (``endpoint_url``,
+            credentials...), when fsspec's and the store's own configuration don't give them.
+            accel's addition; see docs/guides/checkpointing.md.
+        keep_global_batch: when ``load_state`` resumes a checkpoint on another number of
+            processes, change ``gradient_accumulation_steps`` so that every optimizer step
+            takes the same samples as in the saved run, and resume the loaders at the same
+            sample (see :mod:`accel_core.checkpointing.global_batch`). ``None`` reads
+            ``ACCEL_KEEP_GLOBAL_BATCH`` when ``load_state`` runs (unset: off, as in Accelerate).
+            accel's addition.
     """
 
     project_dir: str | None = None
@@ -105,6 +115,8 @@ class ProjectConfiguration:
     total_limit: int | None = None
     iteration: int = 0
     save_on_each_node: bool = False
+    storage_options: dict[str, Any] | None = None
+    keep_global_batch: bool | None = None
 
     def set_directories(self, project_dir: str | os.PathLike[str] | None = None) -> None:
         """Set ``project_dir``, and ``logging_dir`` too when it was not given."""

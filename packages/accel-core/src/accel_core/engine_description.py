@@ -99,6 +99,9 @@ class EngineDescription:
         parallelism_config_class: ``"module:attribute"`` of the ``ParallelismConfig`` class it
             reads, which the Accelerator builds when the launch asks for one
             (``ACCELERATE_USE_PARALLELISM_CONFIG``) or a ``torch_tp_plugin`` is given.
+        checkpoint_layouts: ``"module:attribute"`` hooks ``find(reader, index) -> SavedLayout |
+            None`` that read the checkpoint layouts it writes, so any strategy loads them
+            (:mod:`accel_core.checkpointing.layouts`).
     """
 
     name: str
@@ -119,6 +122,7 @@ class EngineDescription:
     shards_by_default: bool = False
     wrapper_classes: tuple[str, ...] = ()
     parallelism_config_class: str | None = None
+    checkpoint_layouts: tuple[str, ...] = ()
 
     def load_strategy(self) -> Callable[..., object]:
         """The strategy factory (imports the engine)."""

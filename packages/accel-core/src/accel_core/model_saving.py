@@ -54,6 +54,7 @@ from accel_core.shard_planning import (
 
 if TYPE_CHECKING:
     from accel_core.accelerator import Accelerator
+    from accel_core.checkpointing.object_storage import RemoteFolder
 
 logger = logging.getLogger(__name__)
 
@@ -86,8 +87,8 @@ def save_model(
         TypeError: the state dict holds values that are not tensors and
             ``safe_serialization=True``.
     """
-    directory = Path(save_directory)
-    if directory.is_file():
+    directory = _target(save_directory, accelerator)
+    if isinstance(directory, Path) and directory.is_file():
         raise NotADirectoryError(
             f"save_model writes a folder of weight files, but save_directory={str(directory)!r} "
             f"is an existing file: pass a folder (it is created if missing)."
@@ -104,10 +105,29 @@ def save_model(
     else:
         writes = accelerator.is_main_process
     try:
-        if writes:
+        if writes and not isinstance(directory, Path):
+            from accel_core.model_upload import upload_checkpoint
+
+            ready = _ready_for(weights_format, state_dict)
+            upload_checkpoint(ready, directory, limit, weights_format, _write_shard)
+        elif writes:
             write_checkpoint(state_dict, directory, limit, weights_format)
     finally:
         accelerator.wait_for_everyone()
+
+
+def _target(
+    save_directory: str | os.PathLike[str], accelerator: Accelerator
+) -> Path | RemoteFolder:
+    """The local folder (``file://`` URLs included) or the folder at a URL that
+    ``save_directory`` names; a URL fsspec can't serve raises here, before anything is
+    gathered or written."""
+    from accel_core.checkpointing.object_storage import location, url_protocol
+
+    if url_protocol(save_directory) is None:
+        return Path(save_directory)  # as before URLs: no ``~`` expansion
+    options = accelerator.project_configuration.storage_options
+    return location(save_directory, options, operation="save_model")
 
 
 def write_checkpoint(

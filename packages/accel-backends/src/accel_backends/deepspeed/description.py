@@ -89,4 +89,5 @@ DESCRIPTION = EngineDescription(
     plugin_class="accel_backends.deepspeed.plugin:DeepSpeedPlugin",
     mesh_dimensions=frozenset({"dp_replicate"}),
     wrapper_classes=("DeepSpeedEngine", "PipelineEngine"),
+    checkpoint_layouts=("accel_backends.deepspeed.zero_files:find_layout",),
 )

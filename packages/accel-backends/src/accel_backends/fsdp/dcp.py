@@ -30,13 +30,16 @@ def optimizer_folder(index: int) -> str:
     return f"{OPTIMIZER_FOLDER}_{index}"
 
 
-def save_folder(target: str | Path, section: str, state: Any) -> None:
+def save_folder(target: str | Path, section: str, state: Any, *, group: Any = None) -> None:
     """``dcp.save({section: state})`` into the folder ``target``, created if missing (a
-    collective: every process calls it and writes its own shards)."""
+    collective over ``group``, the default group when ``None``: every process calls it and
+    writes its own shards)."""
     import torch.distributed.checkpoint as dcp
 
     Path(target).mkdir(parents=True, exist_ok=True)
-    dcp.save({section: state}, storage_writer=dcp.FileSystemWriter(str(target)))
+    dcp.save(
+        {section: state}, storage_writer=dcp.FileSystemWriter(str(target)), process_group=group
+    )
 
 
 def load_folder(source: str | Path, section: str, template: Any, *, strict: bool = True) -> Any:
@@ -56,10 +59,10 @@ def load_folder(source: str | Path, section: str, template: Any, *, strict: bool
 
 
 def save_section(writer: CheckpointWriter, folder: str, section: str, state: Any) -> None:
-    """:func:`save_folder` into ``writer.path(folder)`` (a collective: every process calls it),
-    then record the files this process wrote."""
+    """:func:`save_folder` into ``writer.path(folder)`` (a collective over ``writer.group``:
+    every process calls it), then record the files this process wrote."""
     target = writer.path(folder)
-    save_folder(target, section, state)
+    save_folder(target, section, state, group=writer.group)
     for path in sorted(target.glob(f"__{writer.rank}_*.distcp")):
         writer.record(f"{folder}/{path.name}")
     if writer.rank == 0:

@@ -76,4 +76,5 @@ DESCRIPTION = EngineDescription(
     shards_by_default=True,
     wrapper_classes=("FullyShardedDataParallel",),
     parallelism_config_class="accel_backends.parallelism_config:ParallelismConfig",
+    checkpoint_layouts=("accel_backends.fsdp.checkpoint_files:find_layout",),
 )

@@ -114,8 +114,10 @@ class FSDPStrategy(Strategy):
     name = "fsdp"
     plugin_slot: ClassVar[str | None] = "fsdp_plugin"
     replicates_model: ClassVar[bool] = False
-    #: DCP's save is a collective: it can't run in a background thread beside training.
-    supports_async_save: ClassVar[bool] = False
+    #: ``save_state(async_save=True)``: the shards are copied to CPU (DTensors, nothing
+    #: gathered) while training waits; DCP writes the copies in the background saver's thread
+    #: over its own gloo group (``writer.group``), never the default group training uses.
+    supports_async_save: ClassVar[bool] = True
     #: The FSDP version this class runs (the plugin's ``fsdp_version``).
     fsdp_version: ClassVar[int] = 2
 
@@ -381,8 +383,9 @@ class FSDPStrategy(Strategy):
         *,
         safe_serialization: bool = True,
     ) -> None:
-        """Sharded: every process writes its shards of each model and optimizer through DCP.
-        Full: process 0 writes ``model[_i].safetensors`` and ``optimizer[_i].bin``."""
+        """Sharded: every process writes its shards of each model and optimizer through DCP
+        (collectives over ``writer.group``). Full: process 0 writes ``model[_i].safetensors``
+        and ``optimizer[_i].bin``, no collective. Either may run in a background thread."""
         if self._full_checkpoints:
             if writer.rank == 0:
                 super().save_checkpoint(
@@ -403,8 +406,8 @@ class FSDPStrategy(Strategy):
         map_location: str | torch.device = "cpu",
         strict: bool = True,
     ) -> None:
-        """Read a sharded checkpoint through DCP (any number of processes wrote it), or a full
-        one (``model.safetensors``), whichever the folder holds."""
+        """Read a sharded checkpoint through DCP (any number of processes wrote it), or any other
+        layout (full files, DeepSpeed's) converted as it loads, whichever the folder holds."""
         if models and not reader.exists(f"{dcp.model_folder(0)}/.metadata"):
             self._load_full(reader, models, optimizers, strict=strict)
             return
@@ -439,24 +442,36 @@ class FSDPStrategy(Strategy):
         *,
         strict: bool,
     ) -> None:
+        """Any other layout (full files of ``FULL_STATE_DICT``, one process or DDP; DeepSpeed's
+        partitions), served to torch.distributed.checkpoint by :mod:`accel_core.checkpointing.
+        layouts`: DCP plans each process's shards, and each process reads only their regions
+        (slices of ``model.safetensors``, the byte ranges of a ZeRO partition)."""
         from torch.distributed.checkpoint.state_dict import (
+            get_model_state_dict,
+            get_optimizer_state_dict,
             set_model_state_dict,
             set_optimizer_state_dict,
         )
 
-        from accel_core.checkpointing import names
+        from accel_core.checkpointing import layouts
 
-        options = self._options(full=True, strict=strict)
-        states = [reader.read_tensors(names.model_file(i)) for i in range(len(models))]
-        optimizer_states = [
-            reader.read_object(names.optimizer_file(i)) for i in range(len(optimizers))
-        ]
-        for model, state in zip(models, states, strict=True):
-            set_model_state_dict(self._state_module(model), dict(state), options=options)
-        for optimizer, state in zip(optimizers, optimizer_states, strict=True):
-            set_optimizer_state_dict(
-                self._owner(optimizer), unwrap_optimizer(optimizer), state, options=options
+        sharded = self._options(full=False, strict=strict)
+        count = max(len(models), len(optimizers))
+        found = [layouts.find_layout(reader, i, loading=self.name) for i in range(count)]
+        loaded = []
+        for model, layout in zip(models, found, strict=False):
+            template = get_model_state_dict(self._state_module(model), options=sharded)
+            loaded.append(layouts.load_sharded(layout, "model", template, strict=strict))
+        for model, state in zip(models, loaded, strict=True):
+            set_model_state_dict(self._state_module(model), state, options=sharded)
+        for optimizer, layout in zip(optimizers, found, strict=False):
+            owner, inner_optimizer = self._owner(optimizer), unwrap_optimizer(optimizer)
+            template = get_optimizer_state_dict(owner, inner_optimizer, options=sharded)
+            names = [list(group["params"]) for group in template["param_groups"]]
+            state = layouts.load_sharded(
+                layout, "optimizer", template, strict=strict, param_names=names
             )
+            set_optimizer_state_dict(owner, inner_optimizer, state, options=sharded)
 
     def _owner(self, optimizer: torch.optim.Optimizer) -> torch.nn.Module:
         owner = self._owners.get(unwrap_optimizer(optimizer))

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from accel_core.checkpointing import folders, names
+from accel_core.checkpointing import folders, names, object_storage, remote_checkpoints
 from accel_core.checkpointing.background import BackgroundSaver
 from accel_core.checkpointing.errors import CheckpointError
+from accel_core.checkpointing.object_storage import RemoteFolder
 
 if TYPE_CHECKING:
     from accel_core.accumulation import Accumulation
@@ -36,6 +37,8 @@ logger = logging.getLogger(__name__)
 
 SaveHook = Callable[[list[torch.nn.Module], list[dict[str, Any]], str], None]
 LoadHook = Callable[[list[torch.nn.Module], str], None]
+#: Where a checkpoint is: a local folder, or a folder at a URL.
+Location = Path | RemoteFolder
 
 
 class Checkpointer:
@@ -143,14 +146,18 @@ class Checkpointer:
         target, checkpoints_dir = self._checkpoint_target(output_dir)
         strategy = self.strategy
         if async_save and not strategy.supports_async_save:
+            reason = f" {strategy.async_save_refusal}" if strategy.async_save_refusal else ""
             raise CheckpointError(
                 f"save_state(async_save=True): strategy {strategy.name!r} saves through its own "
-                "engine and can't write in the background; call save_state without async_save."
+                f"engine and can't write in the background.{reason} Call save_state without "
+                "async_save."
             )
-        temporary = folders.temporary_folder(target)
-        writes_here = self._writes_checkpoint_files()
-        if writes_here:
-            folders.prepare_temporary(target)
+        if isinstance(target, RemoteFolder):
+            temporary = remote_checkpoints.prepare_save(self, target)
+        else:
+            temporary = folders.temporary_folder(target)
+            if self._writes_checkpoint_files():
+                folders.prepare_temporary(target)
         self.meet("save_state")
         weights = strategy.checkpoint_model_states(self.prepared.models)
         for hook in self.save_pre_hooks.values():
@@ -167,6 +174,7 @@ class Checkpointer:
         if checkpoints_dir is not None:
             state.checkpoints_dir = checkpoints_dir
             state.total_limit = self.project_configuration.total_limit
+        state.cleans_staging = isinstance(target, RemoteFolder) and self.state.is_local_main_process
         if self.project_configuration.automatic_checkpoint_naming:
             self.project_configuration.iteration += 1
         if async_save:
@@ -184,7 +192,7 @@ class Checkpointer:
 
     def _checkpoint_target(
         self, output_dir: str | os.PathLike[str] | None
-    ) -> tuple[Path, Path | None]:
+    ) -> tuple[Location, Location | None]:
         config = self.project_configuration
         if config.automatic_checkpoint_naming:
             if config.project_dir is None:
@@ -192,7 +200,18 @@ class Checkpointer:
                     "save_state: automatic_checkpoint_naming needs a project_dir in "
                     "ProjectConfiguration (or Accelerator(project_dir=...))."
                 )
-            checkpoints_dir = Path(config.project_dir) / names.CHECKPOINTS_FOLDER
+            project = self._location(config.project_dir, "save_state")
+            if isinstance(project, RemoteFolder):
+                checkpoints = project.child(names.CHECKPOINTS_FOLDER)
+                remote = checkpoints.child(names.automatic_folder(config.iteration))
+                if remote.has_manifest():
+                    raise CheckpointError(
+                        f"save_state: {remote} already exists; checkpoint numbering is at "
+                        f"{config.iteration}. load_state continues the numbering after the loaded "
+                        "checkpoint; otherwise set project_configuration.iteration."
+                    )
+                return remote, checkpoints
+            checkpoints_dir = project / names.CHECKPOINTS_FOLDER
             target = checkpoints_dir / names.automatic_folder(config.iteration)
             if target.exists():
                 raise CheckpointError(
@@ -206,7 +225,9 @@ class Checkpointer:
                 "save_state needs output_dir, or ProjectConfiguration("
                 "automatic_checkpoint_naming=True, project_dir=...)."
             )
-        target = Path(output_dir).expanduser()
+        target = self._location(output_dir, "save_state")
+        if isinstance(target, RemoteFolder):
+            return target, None
         if target.exists() and not target.is_dir():
             raise CheckpointError(f"save_state: {target} exists and is a file, expected a folder.")
         return target, None
@@ -237,13 +258,31 @@ class Checkpointer:
     ) -> None:
         """Restore everything ``save_state`` saved from ``input_dir`` (or the latest automatic
         checkpoint). See :meth:`accel_core.Accelerator.load_state`."""
+        self.background_saver.wait()
+        source = self._checkpoint_source(input_dir)
+        if isinstance(source, RemoteFolder):
+            staging = remote_checkpoints.download_for_loading(self, source)
+            try:
+                self._load(staging, source.name, load_kwargs, load_model_func_kwargs, verified=True)
+            finally:
+                remote_checkpoints.finish_loading(self, staging)
+        else:
+            self._load(source, source.name, load_kwargs, load_model_func_kwargs)
+        logger.info("Loaded state from %s", source)
+
+    def _load(
+        self,
+        folder: Path,
+        folder_name: str,
+        load_kwargs: dict[str, Any] | None,
+        load_model_func_kwargs: dict[str, Any],
+        verified: bool = False,
+    ) -> None:
         from accel_core.checkpointing import restore
 
-        self.background_saver.wait()
-        folder = self._checkpoint_source(input_dir)
         options = dict(load_kwargs or {})
         weights_only = bool(options.pop("weights_only", True))
-        reader = restore.open_checked(self, folder, weights_only)
+        reader = restore.open_checked(self, folder, weights_only, verified)
         models = list(self.prepared.models)
         for hook in self.load_pre_hooks.values():
             hook(models, str(folder))
@@ -256,25 +295,33 @@ class Checkpointer:
         step = restore.load(self, reader, models, map_location, strict)
         if step is not None:
             self.accumulation.step = step
-        number = folders.iteration_of(folder)
+        number = folders.iteration_of(Path(folder_name))
         config = self.project_configuration
         if number is not None and config.automatic_checkpoint_naming:
             config.iteration = number + 1
         self.loaded_any = True
-        logger.info("Loaded state from %s", folder)
 
     def has_complete_checkpoint(self) -> bool:
         """Whether the project folder holds a complete automatic checkpoint to resume from."""
         config = self.project_configuration
         if not (config.automatic_checkpoint_naming and config.project_dir):
             return False
-        checkpoints = Path(config.project_dir) / names.CHECKPOINTS_FOLDER
-        return bool(folders.automatic_checkpoints(checkpoints))
+        project = self._location(config.project_dir, "load_state")
+        if isinstance(project, RemoteFolder):
+            checkpoints = project.child(names.CHECKPOINTS_FOLDER)
+            return bool(object_storage.automatic_checkpoints(checkpoints))
+        return bool(folders.automatic_checkpoints(project / names.CHECKPOINTS_FOLDER))
 
-    def _checkpoint_source(self, input_dir: str | os.PathLike[str] | None) -> Path:
+    def _location(self, value: str | os.PathLike[str], operation: str) -> Location:
+        options = self.project_configuration.storage_options
+        return object_storage.location(value, options, operation=operation)
+
+    def _checkpoint_source(self, input_dir: str | os.PathLike[str] | None) -> Location:
         config = self.project_configuration
         if input_dir is not None:
-            folder = Path(input_dir).expanduser()
+            folder = self._location(input_dir, "load_state")
+            if isinstance(folder, RemoteFolder):
+                return folder
             if not folder.is_dir():
                 hidden = folders.temporary_folder(folder)
                 more = (
@@ -285,7 +332,10 @@ class Checkpointer:
                 raise CheckpointError(f"load_state: {folder} is not a folder{more}.")
             return folder
         if config.automatic_checkpoint_naming and config.project_dir is not None:
-            return folders.latest_checkpoint(Path(config.project_dir) / names.CHECKPOINTS_FOLDER)
+            project = self._location(config.project_dir, "load_state")
+            if isinstance(project, RemoteFolder):
+                return object_storage.latest_checkpoint(project.child(names.CHECKPOINTS_FOLDER))
+            return folders.latest_checkpoint(project / names.CHECKPOINTS_FOLDER)
         raise CheckpointError(
             "load_state needs input_dir, or ProjectConfiguration(automatic_checkpoint_naming=True,"
             " project_dir=...) to pick the latest checkpoint."

@@ -5,7 +5,10 @@ what was written (or what failed). The writer of each node writes the manifest a
 folder into place only if every process succeeded; then everyone returns. A failure on any
 process is raised on every process, the partial folder is removed, and the previous checkpoint is
 untouched. Before writing, each process checks that the filesystem has room for its files
-(:mod:`~accel_core.checkpointing.disk_space`).
+(:mod:`~accel_core.checkpointing.disk_space`). For a checkpoint at a URL (see
+:mod:`~accel_core.checkpointing.object_storage`) the temporary folder is each machine's local
+staging folder, every process uploads its files as they are written, and the main process stores
+the manifest last instead of the rename.
 """
 
 from __future__ import annotations
@@ -16,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from accel_core.checkpointing import disk_space, folders, names
+from accel_core.checkpointing import disk_space, folders, names, object_storage
 from accel_core.checkpointing.errors import CheckpointError, failure_text
 from accel_core.checkpointing.folder_io import CheckpointWriter
+from accel_core.checkpointing.object_storage import RemoteFolder, Uploader
 from accel_core.checkpointing.snapshot import Snapshot
 
 if TYPE_CHECKING:
@@ -28,9 +32,16 @@ logger = logging.getLogger(__name__)
 
 
 def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) -> None:
-    """Write ``snapshot`` and rename it into place (a collective over ``group``)."""
+    """Write ``snapshot`` and rename it into place, or for a URL upload it and store its
+    manifest last (a collective over ``group``)."""
+    remote = snapshot.target if isinstance(snapshot.target, RemoteFolder) else None
     writer = CheckpointWriter(
-        snapshot.temporary, snapshot.rank, snapshot.world_size, snapshot.is_writer
+        snapshot.temporary,
+        snapshot.rank,
+        snapshot.world_size,
+        snapshot.is_writer,
+        uploader=Uploader(snapshot.temporary, remote) if remote is not None else None,
+        group=group,
     )
     error = None
     records: dict[str, Any] = {}
@@ -48,28 +59,55 @@ def write_and_commit(snapshot: Snapshot, strategy: Strategy, group: Any = None) 
     errors = [failure for _, _, failure in reports if failure is not None]
     if not errors and snapshot.is_writer:
         for node, records, _ in reports:
-            if node == snapshot.node or snapshot.world_size == 1:
+            if remote is not None or node == snapshot.node or snapshot.world_size == 1:
                 snapshot.manifest.files.update(records)
             else:  # another machine's files: listed when they are here (a shared filesystem)
                 snapshot.manifest.files.update(
                     {name: record for name, record in records.items() if _here(snapshot, name)}
                 )
         try:
-            snapshot.manifest.write(snapshot.temporary)
-            folders.move_into_place(snapshot.temporary, snapshot.target)
-            if snapshot.total_limit is not None and snapshot.checkpoints_dir is not None:
-                snapshot.removed = folders.prune(snapshot.checkpoints_dir, snapshot.total_limit)
-        except OSError as caught:
+            if remote is not None:
+                _store_manifest(snapshot, remote)
+            else:
+                snapshot.manifest.write(snapshot.temporary)
+                folders.move_into_place(snapshot.temporary, snapshot.target)
+                if snapshot.total_limit is not None and snapshot.checkpoints_dir is not None:
+                    snapshot.removed = folders.prune(snapshot.checkpoints_dir, snapshot.total_limit)
+        except (OSError, *_storage_errors(remote)) as caught:
             errors.append(f"rank {snapshot.rank}: {failure_text(caught)}")
     # The writers' rename is the last step: the second exchange tells everyone how it went.
     errors += [e for e in _exchange(errors[0] if errors else None, snapshot.world_size, group) if e]
+    if remote is not None and snapshot.cleans_staging:  # this machine's uploads are all done
+        object_storage.remove_staging(snapshot.temporary)
     if errors:
         if snapshot.is_writer:  # every process is past its writes: drop the partial folder
             shutil.rmtree(snapshot.temporary, ignore_errors=True)
+            if remote is not None:
+                _remove_partial(remote)
         raise CheckpointError(
             f"save_state could not write {snapshot.target}; the previous checkpoint is "
             f"unchanged. {errors[0]}"
         )
+
+
+def _store_manifest(snapshot: Snapshot, remote: RemoteFolder) -> None:
+    """The last write of a checkpoint at a URL: from now on it is complete; then rotation."""
+    object_storage.write_text(remote, names.MANIFEST, snapshot.manifest.to_json())
+    checkpoints = snapshot.checkpoints_dir
+    if snapshot.total_limit is not None and isinstance(checkpoints, RemoteFolder):
+        snapshot.removed = list(object_storage.prune(checkpoints, snapshot.total_limit))
+
+
+def _storage_errors(remote: RemoteFolder | None) -> tuple[type[BaseException], ...]:
+    # An object store's client raises its own errors (botocore's, ...), not only OSError.
+    return (Exception,) if remote is not None else ()
+
+
+def _remove_partial(remote: RemoteFolder) -> None:
+    try:
+        object_storage.remove(remote)
+    except Exception:  # the folder has no manifest: it never counts as a checkpoint anyway
+        logger.warning("could not remove the incomplete checkpoint %s", remote, exc_info=True)
 
 
 def _here(snapshot: Snapshot, name: str) -> bool:

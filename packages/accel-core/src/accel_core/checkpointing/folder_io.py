@@ -10,7 +10,10 @@ before it is used.
 Checksums stay off the writing path where they can: a ``torch.save`` file's block checksums are
 computed from the bytes as they are written; a file written by someone else (safetensors, an
 engine) is read back for them on a helper thread while the next file is written;
-:meth:`CheckpointWriter.finish` waits for them.
+:meth:`CheckpointWriter.finish` waits for them. For a checkpoint at a URL, ``torch.save`` files
+stream straight into the store; the root is a local staging folder for the others, each of which,
+once complete and checksummed, is uploaded (and deleted) by an
+:class:`~accel_core.checkpointing.object_storage.Uploader` while the next one is written.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from accel_core.checkpointing.manifest import (
     Manifest,
     file_block_checksums,
 )
+from accel_core.checkpointing.object_storage import Uploader
 
 
 class CheckpointWriter:
@@ -41,13 +45,28 @@ class CheckpointWriter:
         is_writer: whether this process writes the files shared by all ranks (the main process, or
             each node's local main with ``save_on_each_node``).
         records: the files this process wrote, by name (complete once :meth:`finish` returned).
+        group: the process group a strategy's own collectives while writing must use (DCP's
+            ``process_group``): ``None`` (the default group) for ``save_state``, the background
+            saver's gloo group for ``save_state(async_save=True)``, which writes beside training.
     """
 
-    def __init__(self, root: Path, rank: int, world_size: int, is_writer: bool) -> None:
+    def __init__(
+        self,
+        root: Path,
+        rank: int,
+        world_size: int,
+        is_writer: bool,
+        *,
+        uploader: Uploader | None = None,
+        group: Any = None,
+    ) -> None:
         self.root = root
         self.rank = rank
         self.world_size = world_size
         self.is_writer = is_writer
+        self.group = group
+        #: for a checkpoint at a URL: sends each file on once it is complete (and checksummed)
+        self.uploader = uploader
         self.records: dict[str, FileRecord] = {}
         self._checksums: ThreadPoolExecutor | None = None
         self._pending: list[Future[None]] = []
@@ -68,6 +87,8 @@ class CheckpointWriter:
         relative = path.relative_to(self.root).as_posix()
         size = path.stat().st_size
         self.records[relative] = FileRecord(size, file_block_checksums(path), self.rank)
+        if self.uploader is not None:
+            self.uploader.add(relative)
 
     def write_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
         """Write a dict of tensors with safetensors (shared storages written once)."""
@@ -87,13 +108,20 @@ class CheckpointWriter:
         written)."""
         path = self.path(name)
         try:
-            with open(path, "wb") as handle:
+            with self._open_for_writing(name) as handle:
                 stream = _ChecksummedFile(handle)
                 torch.save(obj, stream)
         except Exception as caught:
             raise CheckpointError(f"writing {path} failed: {failure_text(caught)}") from caught
-        size = path.stat().st_size
-        self.records[name] = FileRecord(size, stream.checksums.digests(), self.rank)
+        self.records[name] = FileRecord(stream.size, stream.checksums.digests(), self.rank)
+
+    def _open_for_writing(self, name: str) -> Any:
+        """The local file ``name``, or for a checkpoint at a URL the object itself: ``torch.save``
+        streams into it (in parts, while it serializes), with no local copy."""
+        if self.uploader is None:
+            return open(self.path(name), "wb")
+        target = self.uploader.target
+        return target.fs.open(target.file(name), "wb")
 
     def finish(self) -> dict[str, FileRecord]:
         """Wait for the checksums still being computed; the records of every file written.
@@ -103,15 +131,19 @@ class CheckpointWriter:
         try:
             for future in self._pending:
                 future.result()
+            if self.uploader is not None:
+                self.uploader.finish()
         finally:
             self.close()
         return self.records
 
     def close(self) -> None:
-        """Stop the helper threads (after the checksums they are computing)."""
+        """Stop the helper threads (after the checksums and uploads they are doing)."""
         if self._checksums is not None:
             self._checksums.shutdown(wait=True)
             self._checksums = None
+        if self.uploader is not None:
+            self.uploader.close()
         self._pending.clear()
 
     def _helpers(self) -> ThreadPoolExecutor:
@@ -127,9 +159,11 @@ class _ChecksummedFile:
     def __init__(self, handle: Any) -> None:
         self._handle = handle
         self.checksums = BlockChecksums()
+        self.size = 0
 
     def write(self, data: Any) -> int:
         self.checksums.update(data)
+        self.size += memoryview(data).nbytes
         return self._handle.write(data)
 
     def flush(self) -> None:

@@ -142,8 +142,13 @@ class Manifest:
         path = folder / MANIFEST
         if not path.is_file():
             return None
+        return cls.read_text(path.read_text(), str(path))
+
+    @classmethod
+    def read_text(cls, text: str, where: str) -> Manifest:
+        """The manifest whose JSON is ``text``; ``where`` names it in errors."""
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(text)
             if data.pop("format") != FORMAT:
                 raise ValueError("not an accel checkpoint manifest")
             version = data.pop("version")
@@ -160,7 +165,7 @@ class Manifest:
             manifest._check_blocks_listed()
             return manifest
         except (ValueError, KeyError, TypeError) as error:
-            raise CheckpointError(f"manifest {path} can't be read: {error}") from None
+            raise CheckpointError(f"manifest {where} can't be read: {error}") from None
 
     def write(self, folder: Path) -> None:
         """Write the manifest into ``folder`` atomically (a temporary name, then a rename)."""

@@ -18,12 +18,13 @@ from typing import Any
 
 import torch
 
-from accel_core.checkpointing import host_copy, names, weights_file
+from accel_core.checkpointing import host_copy, layouts, names, weights_file
 from accel_core.checkpointing.errors import CheckpointError
 from accel_core.checkpointing.folder_io import CheckpointReader
 from accel_core.unwrap import extract_model_from_parallel
 
 _WRAPPER_PREFIXES = ("module.", "_orig_mod.")
+_LOADING = "ddp / single_device"
 _SHOWN = 5
 
 
@@ -63,7 +64,8 @@ class ModelWeights:
 
 def read_model_state(reader: CheckpointReader, index: int, device: str) -> ModelWeights:
     """The weights of model ``index``: safetensors (described by its header, read later straight
-    into the model), else ``pytorch_model*.bin`` (read now)."""
+    into the model), else ``pytorch_model*.bin`` (read now), else any other layout an engine reads
+    (:func:`.layouts.find_layout`: a sharded or DeepSpeed checkpoint, converted, read now)."""
     name = names.model_file(index, safe_serialization=True)
     if reader.exists(name):
         reader.verify(name)
@@ -76,10 +78,30 @@ def read_model_state(reader: CheckpointReader, index: int, device: str) -> Model
     name = names.model_file(index, safe_serialization=False)
     if reader.exists(name):
         return ModelWeights(reader.path(name), reader.read_object(name, device))
-    raise CheckpointError(
-        f"checkpoint {reader.root} has no weights for model {index}: neither "
-        f"{names.model_file(index)} nor {name} (it was saved with fewer prepared models)."
+    # another layout (a sharded or DeepSpeed checkpoint): every tensor read whole
+    layout = layouts.find_layout(reader, index, loading=_LOADING)
+    return ModelWeights(reader.root / layout.files, layouts.read_model(layout))
+
+
+def _has_full_weights(reader: CheckpointReader, index: int) -> bool:
+    return any(reader.exists(names.model_file(index, safe)) for safe in (True, False))
+
+
+def _keyed_by_name(state: Any) -> bool:
+    groups = state.get("param_groups") if isinstance(state, dict) else None
+    return bool(groups) and all(
+        isinstance(p, str) for group in groups for p in group.get("params", [])
     )
+
+
+def _param_names(models: list[torch.nn.Module], optimizer: Any) -> list[list[str]]:
+    """The names of ``optimizer``'s parameters in the model it steps (group by group)."""
+    inner = getattr(optimizer, "optimizer", optimizer)
+    first = next((p for g in inner.param_groups for p in g["params"]), None)
+    for model in models:
+        if first is None or any(p is first for p in model.parameters()):
+            return layouts.optimizer_param_names(model, inner)
+    return [[] for _ in inner.param_groups]
 
 
 def check_model_state(
@@ -194,12 +216,25 @@ def load_all(
     optimizer_states = []
     for index, optimizer in enumerate(optimizers):
         file = names.optimizer_file(index)
+        if not reader.exists(file) and not _has_full_weights(reader, index):
+            param_names = _param_names(models, optimizer)
+            # another layout (sharded, DeepSpeed's): converted to torch's form, read whole
+            layout = layouts.find_layout(reader, index, loading=_LOADING)
+            state = layouts.read_optimizer(layout, param_names)
+            where = f"{reader.root} ({layout.describe()})"
+            state = layouts.index_keyed(state, param_names, where)
+            check_optimizer_state(where, state, optimizer)
+            optimizer_states.append((state, False))
+            continue
         # On CPU the file is mapped and each value copied once: into the optimizer's own tensor
         # when it has state already (a reload in the same process: nothing allocated), else into
         # new memory, which is faster than torch.load reading into fresh pages (2 processes,
         # 336 MB: 0.143 s against 0.159 s a load). Nothing stays mapped afterwards.
         mapped = device == "cpu"
         state = _read_optimizer_state(reader, file, device, mapped)
+        if _keyed_by_name(state):  # FSDP's FULL_STATE_DICT: DCP's form
+            where = str(reader.path(file))
+            state = layouts.index_keyed(state, _param_names(models, optimizer), where)
         check_optimizer_state(str(reader.path(file)), state, optimizer)
         optimizer_states.append((state, mapped))
     for model, found, state in zip(models, weights, checked, strict=True):

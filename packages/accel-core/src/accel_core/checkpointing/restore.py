@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from accel_core.checkpointing import names, rng_states, safe_load
+from accel_core.checkpointing import global_batch, names, rng_states, safe_load
 from accel_core.checkpointing.errors import CheckpointError
 from accel_core.checkpointing.folder_io import CheckpointReader
 from accel_core.checkpointing.manifest import Manifest, checksum_share
@@ -27,13 +27,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
-def open_checked(checkpointer: Checkpointer, folder: Path, weights_only: bool) -> CheckpointReader:
+def open_checked(
+    checkpointer: Checkpointer, folder: Path, weights_only: bool, verified: bool = False
+) -> CheckpointReader:
     """The reader of ``folder``, once its manifest's sizes and checksums hold on every process
     (every process calls it).
 
     Each process checks its share; then every process meets (a process that skipped
     ``load_state`` is an error naming it, see :mod:`.rendezvous`) and learns what the others
-    found, so a damaged file is an error on every process.
+    found, so a damaged file is an error on every process. ``verified``: the files were checked
+    already, as they were downloaded (a checkpoint at a URL, see :mod:`.remote_checkpoints`).
     """
     found = manifest = None
     try:
@@ -41,7 +44,7 @@ def open_checked(checkpointer: Checkpointer, folder: Path, weights_only: bool) -
     except CheckpointError as caught:  # unreadable here: the others learn it at the meeting
         found = str(caught)
     reader = CheckpointReader(folder, manifest, weights_only=weights_only)
-    if manifest is not None:
+    if manifest is not None and not verified:
         state = checkpointer.state
         found = _verify_share(manifest, reader, state.local_process_index, state.num_processes)
     reports = checkpointer.meet("load_state", found)
@@ -49,7 +52,27 @@ def open_checked(checkpointer: Checkpointer, folder: Path, weights_only: bool) -
         raise CheckpointError(reports[0])
     if manifest is not None:
         reader.mark_verified(sorted(manifest.files))
+    _global_batch_plan(checkpointer, folder, manifest)  # refuses before anything is loaded
     return reader
+
+
+def _global_batch_plan(
+    checkpointer: Checkpointer, folder: Path, manifest: Manifest | None
+) -> global_batch.GlobalBatchPlan | None:
+    """With ``keep_global_batch``: how this checkpoint continues here (see :mod:`.global_batch`);
+    ``None`` without the option or when nothing changes."""
+    if not global_batch.enabled(checkpointer.project_configuration.keep_global_batch):
+        return None
+    state = checkpointer.state
+    return global_batch.plan(
+        folder,
+        manifest,
+        manifest.world_size if manifest is not None else _accelerate_world(folder),
+        list(checkpointer.prepared.dataloaders),
+        world_size=state.num_processes,
+        accumulation_steps=checkpointer.accumulation.gradient_state.num_steps,
+        handles_accumulation=bool(getattr(checkpointer.strategy, "handles_accumulation", False)),
+    )
 
 
 def load(
@@ -104,6 +127,8 @@ def load(
         for i in range(len(prepared.dataloaders))
     ]
 
+    plan = _global_batch_plan(checkpointer, folder, manifest)
+
     strategy.load_checkpoint(
         reader, models, prepared.optimizers, map_location=map_location, strict=strict
     )
@@ -118,7 +143,7 @@ def load(
     if manifest is not None:
         strategy.load_extra_state(manifest.strategy_state)
         checkpointer.tracking.resume(manifest.trackers)
-    if saved_world != world_size and rank == 0:
+    if saved_world != world_size and rank == 0 and plan is None:
         unused = list(range(world_size, saved_world))
         warnings.warn(
             f"load_state: {folder} was saved by {saved_world} process(es) and is loaded on "
@@ -138,6 +163,11 @@ def load(
         return None
     step = int(shared["step"]) if "step" in shared else None
     positions = shared.get("accel_dataloaders") or []
+    if plan is not None:
+        plan.apply(checkpointer.accumulation.gradient_state, prepared.schedulers)
+        step = plan.step(step) if step is not None else None
+        if rank == 0:
+            warnings.warn(plan.describe(folder), stacklevel=4)
     if rng is not None:
         rng_states.restore(rng)
     for index, loader in enumerate(prepared.dataloaders):
@@ -154,7 +184,12 @@ def load(
         if samplers[index] is not None:
             _apply_accelerate_sampler(loader, samplers[index])
         if index < len(positions):
-            _restore_position(loader, positions[index], rng, saved_world, world_size, index)
+            position = positions[index]
+            if plan is not None:
+                position = {**position, "batches": plan.batches(index, position.get("batches", 0))}
+            _restore_position(
+                loader, position, rng, saved_world, world_size, index, plan is not None
+            )
     return step
 
 
@@ -230,7 +265,13 @@ def _restore_position(
     saved_world: int,
     world_size: int,
     index: int,
+    regrouped: bool = False,
 ) -> None:
+    """Set ``loader``'s epoch and generator from ``position``, and leave its resume point.
+
+    ``regrouped``: keep_global_batch mapped ``position`` to this number of processes (its
+    ``batches`` hold the saved samples here), so the resume point is left on every rank.
+    """
     epoch, batches = int(position["epoch"]), int(position.get("batches", 0))
     progress = getattr(loader, "progress", None)
     generator = getattr(loader, "synchronized_generator", None)
@@ -241,6 +282,15 @@ def _restore_position(
     if generator is not None and position.get("generator_state") is not None:
         # The epoch-start state (or, at a boundary, the next epoch's): the same on every rank.
         generator.set_state(position["generator_state"])
+    if regrouped and batches:
+        progress.resume = ResumePoint(
+            epoch=epoch,
+            batches=batches,
+            generator_state=position.get("generator_state"),
+            torch_state=position.get("torch_state") if rng is not None else None,
+            rng_states=rng,
+        )
+        return
     if (saved_world != world_size or rng is None) and batches:
         global_batches = batches * saved_world
         per_process = global_batches / world_size

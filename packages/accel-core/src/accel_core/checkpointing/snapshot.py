@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from accel_core.checkpointing import rng_states
+from accel_core.checkpointing import global_batch, rng_states
 from accel_core.checkpointing.manifest import Manifest, library_versions
+from accel_core.checkpointing.object_storage import RemoteFolder
 from accel_core.strategies.base import Strategy
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 class Snapshot:
     """The states of one checkpoint, and where they go."""
 
-    target: Path
+    target: Path | RemoteFolder
     temporary: Path
     weights: list[dict[str, Any]]
     optimizer_states: list[dict[str, Any]]
@@ -43,13 +44,15 @@ class Snapshot:
     is_writer: bool
     node: int
     total_limit: int | None = None
-    checkpoints_dir: Path | None = None
-    removed: list[Path] = field(default_factory=list)
+    checkpoints_dir: Path | RemoteFolder | None = None
+    removed: list[Path | RemoteFolder] = field(default_factory=list)
+    #: for a URL: this process deletes its machine's staging folder once the save is done
+    cleans_staging: bool = False
 
 
 def take(
     checkpointer: Checkpointer,
-    target: Path,
+    target: Path | RemoteFolder,
     temporary: Path,
     weights: list[dict[str, Any]],
     safe_serialization: bool,
@@ -63,11 +66,16 @@ def take(
     prepared = checkpointer.prepared
     loaders = prepared.dataloaders
     step = checkpointer.accumulation.step
+    step_count = checkpointer.accumulation.gradient_state.num_steps
+    schedulers = list(prepared.schedulers)
     rng = rng_states.capture(step)
     rng["accel_dataloaders"] = [_loader_position(loader) for loader in loaders]
     state = checkpointer.state
     scaler = checkpointer.scaler
-    on_each_node = checkpointer.project_configuration.save_on_each_node
+    # An object store is one place for every machine: only the main process writes shared files.
+    on_each_node = checkpointer.project_configuration.save_on_each_node and not isinstance(
+        target, RemoteFolder
+    )
     snapshot = Snapshot(
         target=target,
         temporary=temporary,
@@ -94,7 +102,10 @@ def take(
                 {"class": type(strategy.unwrap_model(m, True, True)).__name__}
                 for m in prepared.models
             ],
-            dataloaders=[_loader_summary(loader) for loader in loaders],
+            dataloaders=[
+                _loader_summary(loader, global_batch.run_numbers(step_count, schedulers))
+                for loader in loaders
+            ],
             custom_objects=[type(obj).__name__ for obj in prepared.custom_objects],
             trackers=checkpointer.tracking.run_states(),
             strategy_state=strategy.checkpoint_extra_state(),
@@ -177,14 +188,22 @@ def _loader_position(loader: Any) -> dict[str, Any]:
     return progress.state_dict(getattr(loader, "synchronized_generator", None), at_end)
 
 
-def _loader_summary(loader: Any) -> dict[str, Any]:
+def _loader_summary(loader: Any, run: dict[str, Any]) -> dict[str, Any]:
     progress = getattr(loader, "progress", None)
+    position = _loader_position(loader)
     return {
         "class": type(loader).__name__,
         "epoch": int(getattr(loader, "iteration", 0)),
         "batches": progress.batches if progress is not None and progress.in_epoch else 0,
         "total_batch_size": _total_batch_size(loader),
         "stateful": bool(getattr(loader, "use_stateful_dataloader", False)),
+        # where the next iteration starts and how a step is made: what keep_global_batch reads
+        "resume": {
+            "epoch": int(position["epoch"]),
+            "batches": int(position["batches"]),
+            "sampler": global_batch.sampler_name(loader),
+            **run,
+        },
     }
 
 
@@ -205,11 +224,14 @@ def copy_to_cpu(
 
     ``reuse`` is an earlier copy of the same structure: tensors of the same shape and dtype are
     copied into it instead of into new memory (no page faults, no pinning). Views of one storage
-    (tied weights) stay one copy. With ``pending``, the copies of CPU tensors into ``reuse`` are
+    (tied weights) stay one copy. A DTensor keeps its mesh and placements: only its local
+    shard is copied. With ``pending``, the copies of CPU tensors into ``reuse`` are
     appended to it as ``(destination, source)`` instead of done: the caller runs them
     (:func:`run_copies`) before using the result.
     """
     memo = {} if memo is None else memo
+    if _is_dtensor(value):
+        return _copy_dtensor(value, reuse, memo, pending)
     if isinstance(value, torch.Tensor):
         key = _view_key(value)
         if key in memo:
@@ -246,6 +268,31 @@ def copy_to_cpu(
         ]
         return items if isinstance(value, list) else tuple(items)
     return value
+
+
+def _is_dtensor(value: Any) -> bool:
+    # Checked by name: importing torch.distributed.tensor costs a second where nothing shards.
+    return isinstance(value, torch.Tensor) and type(value).__name__ == "DTensor"
+
+
+def _copy_dtensor(
+    value: Any,
+    reuse: Any,
+    memo: dict[tuple, torch.Tensor],
+    pending: list[tuple[torch.Tensor, torch.Tensor]] | None,
+) -> Any:
+    """A DTensor (FSDP2's shards) whose local shard is a CPU copy, with the same mesh,
+    placements and global shape: what ``torch.distributed.checkpoint`` writes from. Nothing is
+    gathered; an earlier copy with the same layout is copied into and returned again."""
+    from torch.distributed.tensor import DTensor
+
+    spec = value._spec
+    earlier = reuse._local_tensor if _is_dtensor(reuse) and reuse._spec == spec else None
+    local = copy_to_cpu(value._local_tensor, earlier, memo, pending)
+    if earlier is not None and local is earlier:
+        return reuse
+    # The constructor, not DTensor.from_local: that would move a CPU copy back to a CUDA mesh.
+    return DTensor(local, spec, requires_grad=False)
 
 
 def _view_key(tensor: torch.Tensor) -> tuple:

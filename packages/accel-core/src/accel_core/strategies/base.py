@@ -64,6 +64,10 @@ Call order, on every process, for one ``Accelerator``:
       Accelerate's names. A sharded strategy writes a shard per rank here (torch.distributed.
       checkpoint under ``writer.path("pytorch_model_fsdp_0")``, or an engine's own
       ``save_checkpoint(writer.root, ...)``) and calls ``writer.record(name)`` for what it wrote.
+      Any collective it runs here goes over ``writer.group`` (DCP's ``process_group=``): ``None``
+      (the default group) for a plain save, and for ``async_save`` the background saver's own
+      gloo group, since the training loop's collectives keep running on the default group; a
+      strategy whose engine can only use the default group sets ``supports_async_save = False``.
    d. ``checkpoint_extra_state()`` -- JSON-serialisable strategy state kept in the manifest.
    e. Inside an accumulation cycle, ``accumulated_gradients(model)`` -- this process's
       gradients so far, by parameter name, written per rank beside the model (see
@@ -151,6 +155,8 @@ class Strategy(ABC):
     handles_accumulation: ClassVar[bool] = False
     #: Whether ``save_checkpoint`` may run in a background thread on CPU copies of the states.
     supports_async_save: ClassVar[bool] = True
+    #: When it may not: why, and what to do instead (in ``save_state(async_save=True)``'s error).
+    async_save_refusal: ClassVar[str] = ""
     #: Whether every process holds the whole model (LocalSGD averages whole copies).
     replicates_model: ClassVar[bool] = False
     #: Whether the engine reduces gradients inside its own step (XLA under FSDP):

@@ -1,0 +1,126 @@
+"""The object-storage tests' training job: a user's script whose project folder is a URL.
+
+``--project s3://bucket/run``: checkpoints go to ``<project>/checkpoints/checkpoint_<n>`` (automatic
+naming, ``--total-limit``), saved every ``--save-every`` steps; at start the job resumes from the
+latest complete one when the bucket has one (it looks for their manifests with fsspec, as a user
+would). ``--fsdp`` trains under FSDP2 with sharded checkpoints (every process uploads its own
+shards); ``--async-save`` saves in the background. ``--kill-in-save N`` makes rank 0 SIGKILL
+itself during its N-th save of this run, right after the first of its files reached the bucket
+(so that save is left without its manifest). ``--save-model URL`` ends with ``save_model`` there.
+At the end the main process writes ``--result`` (the final weights, the step counter) locally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+
+import fsspec
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from accel_core import Accelerator, ProjectConfiguration, set_seed
+from accel_core.checkpointing import object_storage
+
+
+class StepCounter:
+    """The script's own bookkeeping, saved with the checkpoint."""
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"step": self.step}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.step = int(state["step"])
+
+
+def die_during_save(number: int, saves: list[int]) -> None:
+    """SIGKILL this process once its first file of save ``number`` is uploaded (the number is
+    taken when the save's uploader starts: a background save uploads while training goes on)."""
+    start, upload = object_storage.Uploader.__init__, object_storage.Uploader._upload
+
+    def start_counting(self: object, *args: object) -> None:
+        start(self, *args)  # type: ignore[arg-type]
+        self.save_number = saves[0]  # type: ignore[attr-defined]
+
+    def upload_then_die(self: object, name: str) -> None:
+        upload(self, name)  # type: ignore[arg-type]
+        if self.save_number == number:  # type: ignore[attr-defined]
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    object_storage.Uploader.__init__ = start_counting  # type: ignore[method-assign]
+    object_storage.Uploader._upload = upload_then_die  # type: ignore[method-assign]
+
+
+def build_accelerator(args: argparse.Namespace) -> Accelerator:
+    config = ProjectConfiguration(
+        project_dir=args.project, automatic_checkpoint_naming=True, total_limit=args.total_limit
+    )
+    if not args.fsdp:
+        return Accelerator(project_config=config)
+    from accel_backends import FullyShardedDataParallelPlugin
+
+    plugin = FullyShardedDataParallelPlugin(fsdp_version=2, state_dict_type="SHARDED_STATE_DICT")
+    return Accelerator(project_config=config, fsdp_plugin=plugin)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--project", required=True)
+    parser.add_argument("--result", required=True)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--save-every", type=int, default=4)
+    parser.add_argument("--total-limit", type=int, default=2)
+    parser.add_argument("--kill-in-save", type=int, default=0)
+    parser.add_argument("--async-save", action="store_true")
+    parser.add_argument("--fsdp", action="store_true")
+    parser.add_argument("--save-model", default="")
+    args = parser.parse_args()
+
+    accelerator = build_accelerator(args)
+    set_seed(0)
+    generator = torch.Generator().manual_seed(1)
+    features = torch.randn(64, 8, generator=generator)
+    targets = features @ torch.linspace(-1.0, 1.0, 8) + 0.25
+    loader = DataLoader(TensorDataset(features, targets), batch_size=4, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    counter = StepCounter()
+    accelerator.register_for_checkpointing(counter)
+    saves = [0]
+    if args.kill_in_save and accelerator.is_main_process:
+        die_during_save(args.kill_in_save, saves)
+
+    fs, path = fsspec.core.url_to_fs(args.project)
+    skip = 0
+    if fs.glob(f"{path}/checkpoints/checkpoint_*/accel_checkpoint.json"):
+        accelerator.load_state()  # the latest complete checkpoint
+        resume = loader.progress.resume  # None when it was saved at an epoch boundary
+        skip = resume.batches if resume is not None else 0
+    for _epoch in range(loader.iteration, args.epochs):
+        batches = accelerator.skip_first_batches(loader, skip) if skip else loader
+        skip = 0
+        for inputs, labels in batches:
+            loss = torch.nn.functional.mse_loss(model(inputs).squeeze(-1), labels)
+            accelerator.backward(loss)
+            optimizer.step()
+            optimizer.zero_grad()
+            counter.step += 1
+            if counter.step % args.save_every == 0:
+                saves[0] += 1
+                accelerator.save_state(async_save=args.async_save)
+    accelerator.wait_for_everyone()
+    weights = accelerator.get_state_dict(model)
+    if args.save_model:
+        accelerator.save_model(model, args.save_model, max_shard_size=300)
+    accelerator.end_training()
+    if accelerator.is_main_process:
+        torch.save({"weights": weights, "step": counter.step}, args.result)
+
+
+if __name__ == "__main__":
+    main()
