@@ -39,6 +39,28 @@ def test_single_process_checkpoint_merges_to_safetensors(tmp_path: Path):
     assert checkpoint.is_dir()  # kept unless asked
 
 
+def test_urls_read_the_shards_from_the_store_and_upload_the_merged_file(tmp_path: Path):
+    import fsspec
+    from safetensors.torch import load
+
+    model = make_model()
+    local = tmp_path / "pytorch_model_fsdp_0"
+    dcp.save({"model": model.state_dict()}, checkpoint_id=str(local), no_dist=True)
+    fs = fsspec.filesystem("memory")
+    fs.put(str(local), "/merge-test/pytorch_model_fsdp_0", recursive=True)
+    source, target = "memory://merge-test/pytorch_model_fsdp_0", "memory://merge-test/merged"
+    try:
+        merge_fsdp_weights(source, target, remove_checkpoint_dir=True)
+        merged = load(fs.cat_file("/merge-test/merged/model.safetensors"))
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(merged[name], value, rtol=0, atol=0)
+        assert not fs.exists("/merge-test/pytorch_model_fsdp_0")
+        with pytest.raises(ValueError, match="couldn't find a valid metadata file"):
+            merge_fsdp_weights("memory://merge-test/nothing", target)
+    finally:
+        fs.rm("/merge-test", recursive=True)
+
+
 def test_optimizer_checkpoint_to_bin_keeps_every_entry(tmp_path: Path):
     model = make_model()
     optimizer = torch.optim.Adam(model.parameters(), lr=0.01)

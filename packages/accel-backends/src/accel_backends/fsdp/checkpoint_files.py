@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +31,7 @@ from accel_ops.constants import SAFE_WEIGHTS_NAME, WEIGHTS_NAME
 
 if TYPE_CHECKING:
     from accel_core.checkpointing import CheckpointReader
+    from accel_core.checkpointing.object_storage import RemoteFolder
 
 logger = logging.getLogger(__name__)
 
@@ -47,10 +49,10 @@ def read_distributed_checkpoint(checkpoint_dir: str | Path) -> StateDict:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
-    folder = Path(checkpoint_dir)
-    if not (folder / ".metadata").is_file():
+    folder = _folder(checkpoint_dir, "read_distributed_checkpoint")
+    if not _has_metadata(folder):
         raise ValueError(_not_a_checkpoint_message(folder))
-    metadata = dcp.FileSystemReader(str(folder)).read_metadata()
+    metadata = _storage_reader(folder).read_metadata()
     state: StateDict = {}
     for key, item in metadata.state_dict_metadata.items():
         if isinstance(item, TensorStorageMetadata):
@@ -59,7 +61,7 @@ def read_distributed_checkpoint(checkpoint_dir: str | Path) -> StateDict:
             state[key] = None  # bytes (a pickled value): replaced by the value on load
     with warnings.catch_warnings():  # single-process reading is the intent, not a fallback
         warnings.filterwarnings("ignore", "torch.distributed is disabled", UserWarning)
-        dcp.load(state, storage_reader=dcp.FileSystemReader(str(folder)), no_dist=True)
+        dcp.load(state, storage_reader=_storage_reader(folder), no_dist=True)
     paths = metadata.planner_data if isinstance(metadata.planner_data, dict) else {}
     return _unwrap_single_section(state, paths)
 
@@ -71,8 +73,34 @@ def _unwrap_single_section(state: StateDict, paths: dict[str, tuple[object, ...]
     return {".".join(str(part) for part in paths[key][1:]): value for key, value in state.items()}
 
 
-def _not_a_checkpoint_message(folder: Path) -> str:
+def _folder(value: str | Path, operation: str) -> Path | RemoteFolder:
+    """A local folder, or one at a URL (``s3://...``; see accel-core's object storage)."""
+    from accel_core.checkpointing.object_storage import location
+
+    return location(value, operation=operation)
+
+
+def _has_metadata(folder: Path | RemoteFolder) -> bool:
+    if isinstance(folder, Path):
+        return (folder / ".metadata").is_file()
+    return bool(folder.fs.exists(folder.file(".metadata")))
+
+
+def _storage_reader(folder: Path | RemoteFolder) -> Any:
+    """DCP's reader of ``folder``: files, or torch's fsspec reader streaming from the store."""
+    import torch.distributed.checkpoint as dcp
+
+    if isinstance(folder, Path):
+        return dcp.FileSystemReader(str(folder))
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    return FsspecReader(folder.url)
+
+
+def _not_a_checkpoint_message(folder: Path | RemoteFolder) -> str:
     message = f"Tried to load from {folder} but couldn't find a valid metadata file."
+    if not isinstance(folder, Path):
+        return message
     candidates = [
         name for name in ("pytorch_model_fsdp_0", "optimizer_0") if (folder / name).exists()
     ]
@@ -91,7 +119,9 @@ def merge_fsdp_weights(
     """Merge a sharded FSDP checkpoint into ``output_path/model.safetensors``.
 
     ``checkpoint_dir`` is a torch.distributed.checkpoint folder (FSDP's ``SHARDED_STATE_DICT``,
-    the model's ``pytorch_model_fsdp_0`` or the optimizer's ``optimizer_0``). Without
+    the model's ``pytorch_model_fsdp_0`` or the optimizer's ``optimizer_0``). Either folder may
+    be a URL (``s3://...``): the shards are read from the store by torch's fsspec reader, and the
+    merged file is written locally and uploaded in one piece. Without
     ``safe_serialization`` the file is ``pytorch_model.bin`` (``torch.save``); safetensors holds
     tensors only, so other entries (optimizer steps, settings) are left out of it, with a
     warning. Runs on the main process; every process waits for it. ``remove_checkpoint_dir``
@@ -100,33 +130,45 @@ def merge_fsdp_weights(
     Raises ``ValueError`` when ``checkpoint_dir`` is not a checkpoint folder, naming the ones
     inside it that are.
     """
-    from accel_core import save
     from accel_ops import PartialState
 
-    folder = Path(checkpoint_dir)
-    if not (folder / ".metadata").is_file():
+    folder = _folder(checkpoint_dir, "merge_fsdp_weights")
+    output = _folder(output_path, "merge_fsdp_weights")  # a URL that can't be served: before
+    if not _has_metadata(folder):
         raise ValueError(_not_a_checkpoint_message(folder))
     state = PartialState()
     if state.is_main_process:
         logger.info("Merging FSDP weights from %s", folder)
-        merged = read_distributed_checkpoint(folder)
-        target = Path(output_path)
-        target.mkdir(parents=True, exist_ok=True)
-        if safe_serialization:
-            left_out = sorted(k for k, v in merged.items() if not isinstance(v, torch.Tensor))
-            if left_out:
-                logger.warning("Left out of %s (not tensors): %s", SAFE_WEIGHTS_NAME, left_out)
-            tensors = {k: v for k, v in merged.items() if isinstance(v, torch.Tensor)}
-            save(tensors, target / SAFE_WEIGHTS_NAME, safe_serialization=True)
-            written = target / SAFE_WEIGHTS_NAME
-        else:
-            save(merged, target / WEIGHTS_NAME, safe_serialization=False)
-            written = target / WEIGHTS_NAME
-        logger.info("Merged FSDP weights saved to %s", written)
+        merged = read_distributed_checkpoint(checkpoint_dir)
+        name = SAFE_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME
+        if isinstance(output, Path):
+            output.mkdir(parents=True, exist_ok=True)
+            _write_merged(merged, output / name, safe_serialization)
+        else:  # written locally, then uploaded in one piece (whole or not at all)
+            with tempfile.TemporaryDirectory(prefix="accel-merge-") as staging:
+                _write_merged(merged, Path(staging) / name, safe_serialization)
+                output.fs.put_file(str(Path(staging) / name), output.file(name))
+        logger.info("Merged FSDP weights saved to %s/%s", output, name)
         if remove_checkpoint_dir:
             logger.info("Removing the sharded checkpoint %s", folder)
-            shutil.rmtree(folder)
+            if isinstance(folder, Path):
+                shutil.rmtree(folder)
+            else:
+                folder.fs.rm(folder.path, recursive=True)
     state.wait_for_everyone()
+
+
+def _write_merged(merged: StateDict, path: Path, safe_serialization: bool) -> None:
+    from accel_core import save
+
+    if safe_serialization:
+        left_out = sorted(k for k, v in merged.items() if not isinstance(v, torch.Tensor))
+        if left_out:
+            logger.warning("Left out of %s (not tensors): %s", path.name, left_out)
+        tensors = {k: v for k, v in merged.items() if isinstance(v, torch.Tensor)}
+        save(tensors, path, safe_serialization=True)
+    else:
+        save(merged, path, safe_serialization=False)
 
 
 # -- the sharded layout, read by any strategy (accel_core.checkpointing.layouts) -------------------
