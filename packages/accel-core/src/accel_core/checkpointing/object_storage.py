@@ -10,13 +10,17 @@ An object store has no rename, so a checkpoint at a URL is complete exactly when
 (``accel_checkpoint.json``) is there: it is written last, after every process uploaded its
 files; listing, ``total_limit`` and ``load_state()`` (the latest) see only folders that have one;
 a save over an existing URL first deletes the old folder; rotation deletes a manifest before the
-rest. Each process writes its files into a folder of its machine's local disk (the *staging*
-folder, under ``ACCEL_STAGING_DIR`` or the temporary directory) exactly as for a local
-checkpoint, uploads each file as soon as it is complete, and deletes it once uploaded; loading
-downloads the checkpoint into the staging folder (the processes of a machine share the files),
-checks it and removes it after the load. Credentials and endpoints come from fsspec's usual
-places: the protocol's own configuration (``~/.aws``, ``AWS_ENDPOINT_URL``...), fsspec's
-``FSSPEC_<PROTOCOL>_<OPTION>`` variables, or ``ProjectConfiguration(storage_options=...)``.
+rest. Each process writes its ``torch.save`` files straight into the store (see
+:meth:`~accel_core.checkpointing.folder_io.CheckpointWriter.write_object`); the others go into a
+folder of its machine's local disk (the *staging* folder, under ``ACCEL_STAGING_DIR`` or the
+temporary directory) exactly as for a local checkpoint, and the :class:`Uploader` sends each one
+as soon as it is complete and deletes it once stored. Loading downloads the checkpoint into the
+staging folder (the processes of a machine share the files), checking each file's size and block
+checksums as its bytes arrive, and removes it after the load.
+
+Credentials and endpoints come from fsspec's usual places: the protocol's own configuration
+(``~/.aws``, ``AWS_ENDPOINT_URL``...), fsspec's ``FSSPEC_<PROTOCOL>_<OPTION>`` variables, or
+``ProjectConfiguration(storage_options=...)``.
 """
 
 from __future__ import annotations
