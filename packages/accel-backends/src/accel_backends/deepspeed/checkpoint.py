@@ -80,12 +80,13 @@ def save_engine(writer: CheckpointWriter, engine: Any, tag: str) -> None:
 
 
 def load_engine(reader: CheckpointReader, engine: Any, tag: str, *, strict: bool) -> None:
-    """Load ``engine`` (weights, optimizer partition, engine scheduler, counters) from ``tag``."""
+    """Load ``engine`` (weights, optimizer partition, engine scheduler, counters) from ``tag``;
+    from another layout (full files, a sharded FSDP checkpoint), converted, when the folder has
+    no ``tag/`` (:func:`load_converted`)."""
     if not _has_folder(reader, tag):
-        raise CheckpointError(
-            f"checkpoint {reader.root} has no DeepSpeed checkpoint {tag}/: it was not saved by "
-            "the deepspeed strategy (or by Accelerate under DeepSpeed), or with fewer models."
-        )
+        index = 0 if tag == MODEL_NAME else int(tag.rsplit("_", 1)[1])
+        load_converted(reader, engine, index, strict=strict)
+        return
     with _reads_through(reader, engine):
         path, _ = engine.load_checkpoint(
             str(reader.root),
@@ -96,6 +97,72 @@ def load_engine(reader: CheckpointReader, engine: Any, tag: str, *, strict: bool
         )
     if path is None:
         raise CheckpointError(f"DeepSpeed could not load {reader.path(tag)} (see its log above).")
+
+
+def load_converted(reader: CheckpointReader, engine: Any, index: int, *, strict: bool) -> None:
+    """Load model/optimizer ``index`` of another layout into ``engine`` (every process).
+
+    Every process reads each weight and optimizer state whole (DeepSpeed's public setters take
+    whole tensors and keep the process's partition): the weights go through
+    :func:`load_full_state_dict` (which refreshes the fp32 master weights), then ``exp_avg`` and
+    the other per-parameter states through ``deepspeed.utils.safe_set_full_optimizer_state``, and
+    each group's ``step`` and settings into the torch optimizer under the partitions. Not
+    restored: the engine's own counters (``global_steps``), which other layouts don't keep.
+    """
+    from accel_core.checkpointing import layouts
+
+    layout = layouts.find_layout(reader, index, loading="deepspeed")
+    rank = torch.distributed.get_rank() if torch.distributed.is_initialized() else 0
+    load_full_state_dict(engine, layouts.read_model(layout), rank, strict=strict)
+    optimizer = engine.optimizer
+    if optimizer is None or not layout.has_optimizer():
+        return
+    from deepspeed.utils import safe_set_full_optimizer_state
+
+    parameters = dict(engine.module.named_parameters())
+    groups = getattr(optimizer, "bit16_groups", None) or getattr(optimizer, "fp16_groups", None)
+    named = {id(p): n for n, p in parameters.items()}
+    names = [[named[id(p)] for p in group] for group in groups or []]
+    state = layouts.read_optimizer(layout, names)
+    saved_groups = state["param_groups"]
+    base = optimizer.optimizer  # the torch optimizer over the fp32 partitions
+    per_parameter = sorted(
+        {k for v in state["state"].values() for k, t in v.items() if _is_partitioned(t)}
+    )
+    flats: dict[int, list[torch.Tensor]] = {
+        n: list(g["params"]) for n, g in enumerate(base.param_groups)
+    }
+    # ZeRO-3 lists its fp32 sub-groups in the torch optimizer's groups only during a step
+    for sub_group, flat in enumerate(
+        getattr(optimizer, "fp32_partitioned_groups_flat", None) or []
+    ):
+        flats[optimizer.sub_group_to_group_id[sub_group]].append(flat)
+    for number, group in enumerate(base.param_groups):
+        saved = saved_groups[min(number, len(saved_groups) - 1)]
+        group.update({k: v for k, v in saved.items() if k != "params"})
+        first = state["state"].get(saved["params"][0], {}) if saved["params"] else {}
+        for flat in flats[number]:
+            # a fresh engine's optimizer has no state yet (torch makes it at the first step):
+            # zeros of the partition's size, which the setters below fill
+            entry = base.state[flat]
+            for key in per_parameter:
+                entry.setdefault(key, torch.zeros_like(flat))
+            for key, value in first.items():
+                if not _is_partitioned(value):
+                    entry[key] = value.clone() if isinstance(value, torch.Tensor) else value
+    # ZeRO 1-2 link each parameter to its piece of the state once the state exists (after the
+    # first step): link now (DeepSpeed's own method, absent under ZeRO-3, which needs none)
+    link = getattr(optimizer, "_lazy_init_hp_params_optimizer_state", None)
+    if callable(link):
+        link()
+    for name, values in state["state"].items():
+        for key, value in values.items():
+            if _is_partitioned(value):
+                safe_set_full_optimizer_state(parameters[name], value, key)
+
+
+def _is_partitioned(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0
 
 
 def _has_folder(reader: CheckpointReader, tag: str) -> bool:

@@ -99,6 +99,16 @@ class DeepSpeedStrategy(Strategy):
     handles_accumulation: ClassVar[bool] = True
     #: DeepSpeed's save is a collective of the engine: not in a background thread.
     supports_async_save: ClassVar[bool] = False
+    async_save_refusal: ClassVar[str] = (
+        "DeepSpeed 0.19 has no save that copies the engine's state and writes it later: "
+        "engine.save_checkpoint writes from the live tensors with collectives on the default "
+        "group, and its DecoupledCheckpointEngine (config checkpoint.writer.decoupled) hands the "
+        "live tensors to a writer process and holds the next engine step until that process "
+        "finishes, committing inside engine.step, so accel can't tell when the files are "
+        "complete to write its manifest and rename the folder. Save synchronously (less often "
+        "if it costs too much), or train with the fsdp strategy, whose "
+        "save_state(async_save=True) copies the shards and writes them in the background."
+    )
 
     def __init__(
         self,

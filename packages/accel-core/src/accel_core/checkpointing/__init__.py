@@ -11,6 +11,12 @@
   :mod:`~accel_core.checkpointing.background`: taking, writing and committing a checkpoint.
 - :mod:`~accel_core.checkpointing.restore` / :mod:`~accel_core.checkpointing.model_states` /
   :mod:`~accel_core.checkpointing.safe_load`: reading one back, checked, without unpickling code.
+- :mod:`~accel_core.checkpointing.object_storage` / :mod:`~accel_core.checkpointing.
+  remote_checkpoints`: checkpoints at a URL (fsspec), complete once their manifest is stored.
+- :mod:`~accel_core.checkpointing.layouts`: any saved layout read per parameter, so a checkpoint
+  loads into another strategy (engines add readers through their descriptions).
+- :mod:`~accel_core.checkpointing.global_batch`: ``keep_global_batch``, the same run on another
+  number of processes.
 """
 
 from accel_core.checkpointing.errors import CheckpointError
