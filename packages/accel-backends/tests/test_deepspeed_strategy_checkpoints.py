@@ -37,7 +37,6 @@ def test_save_state_then_load_state_continues_exactly(tmp_path):
     assert sorted(found) == ["zero1", "zero2_bf16", "zero3", "zero3_bf16"]
     for name, run_found in found.items():
         stage, bf16 = int(name[4]), name.endswith("bf16")
-        assert "can't write in the background" in run_found["async_error"], name
         assert run_found["moved"], name  # training after the save changed the weights...
         assert run_found["same_engine_reload"], name  # ...and load_state brought them back,
         assert run_found["loaded_equal"], name  # also into a fresh model with other weights

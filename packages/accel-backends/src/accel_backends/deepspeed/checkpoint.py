@@ -12,10 +12,15 @@ so either library continues the other's DeepSpeed runs. DeepSpeed writes, for ta
 - ``latest``, ``zero_to_fp32.py``, ``zero_to_torch.py`` (process 0): the tag, and DeepSpeed's
   scripts that rebuild full fp32 weights offline.
 
-Saving, on every process: DeepSpeed's save (a collective that ends with a barrier), then each
-process records in the manifest the files it wrote: its ``zero_pp_rank_<r>`` files, and process 0
-the others. Loading, on every process: every file DeepSpeed reads goes through the checkpoint
-reader, so it is checked against the manifest and read with ``torch.load(weights_only=True)``
+Saving, on every process: DeepSpeed's save (a collective that ends with a barrier) with its
+state dicts captured, not written (:mod:`accel_backends.deepspeed.async_capture`), then, in the
+call or in the background saver's thread, the files written where DeepSpeed would have written
+them and recorded in the manifest by the process that saved them: its ``zero_pp_rank_<r>``
+files, and process 0 the others. An engine with another DeepSpeed checkpoint engine than the
+default saves directly (:func:`save_engine`), synchronously only.
+
+Loading, on every process: every file DeepSpeed reads goes through the checkpoint reader, so it
+is checked against the manifest and read with ``torch.load(weights_only=True)``
 and the allow-list, plus the four classes DeepSpeed pickles into its files
 (:func:`deepspeed_checkpoint_classes`), unless ``load_state(load_kwargs={"weights_only":
 False})`` trusts the checkpoint.

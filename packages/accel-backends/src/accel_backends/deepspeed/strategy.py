@@ -19,7 +19,9 @@ The engine owns the model, the optimizer, the loss scaling, gradient accumulatio
 - ``clip_grad_norm_`` returns the engine's norm of its last step (it clips nothing itself: the
   config's ``gradient_clipping`` does); ``clip_grad_value_`` is an error, as in Accelerate.
 - ``save_state``/``load_state`` go through DeepSpeed's own checkpoints
-  (:mod:`accel_backends.deepspeed.checkpoint`), under Accelerate's names; never in the background.
+  (:mod:`accel_backends.deepspeed.checkpoint`), under Accelerate's names; with ``async_save``,
+  DeepSpeed's save runs in the call and its files are written in the background
+  (:mod:`accel_backends.deepspeed.async_capture`).
 - ``get_state_dict``/``save_model``: the full state dict (ZeRO-3: gathered to process 0 when
   ``zero3_save_16bit_model`` is on, else an error saying how).
 
@@ -46,7 +48,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 from torch.utils.data import DataLoader
 
-from accel_backends.deepspeed import checkpoint
+from accel_backends.deepspeed import async_capture, checkpoint
 from accel_backends.deepspeed.choice import named_plugins, plugin_from_options
 from accel_backends.deepspeed.engine_setup import (
     EngineRequest,
@@ -97,18 +99,9 @@ class DeepSpeedStrategy(Strategy):
     plugin_slot: ClassVar[str | None] = "deepspeed_plugins"
     #: The engine divides the loss by its accumulation steps itself.
     handles_accumulation: ClassVar[bool] = True
-    #: DeepSpeed's save is a collective of the engine: not in a background thread.
-    supports_async_save: ClassVar[bool] = False
-    async_save_refusal: ClassVar[str] = (
-        "DeepSpeed 0.19 has no save that copies the engine's state and writes it later: "
-        "engine.save_checkpoint writes from the live tensors with collectives on the default "
-        "group, and its DecoupledCheckpointEngine (config checkpoint.writer.decoupled) hands the "
-        "live tensors to a writer process and holds the next engine step until that process "
-        "finishes, committing inside engine.step, so accel can't tell when the files are "
-        "complete to write its manifest and rename the folder. Save synchronously (less often "
-        "if it costs too much), or train with the fsdp strategy, whose "
-        "save_state(async_save=True) copies the shards and writes them in the background."
-    )
+    #: DeepSpeed's save runs on the calling thread with its checkpoint engine capturing the
+    #: state dicts; only their writing goes to the background (:mod:`.async_capture`).
+    supports_async_save: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -411,15 +404,22 @@ class DeepSpeedStrategy(Strategy):
         checkpoint.load_full_state_dict(self._engine_of(model), state_dict, self._rank)
 
     def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
-        """Nothing: each engine writes its own weights in ``save_checkpoint`` (the save
-        pre-hooks get an empty list, as in Accelerate)."""
+        """Nothing: each engine's weights are in its DeepSpeed save, taken by
+        ``checkpoint_optimizer_states`` (the save pre-hooks get an empty list, as in
+        Accelerate)."""
         return []
 
     def checkpoint_optimizer_states(
         self, optimizers: list[torch.optim.Optimizer]
     ) -> list[dict[str, Any]]:
-        """Nothing: each engine writes its optimizer partitions in ``save_checkpoint``."""
-        return []
+        """Each engine's DeepSpeed save, taken now without writing its data files (every
+        process: DeepSpeed's save is a collective on the default group), for ``save_checkpoint``
+        to write: ``{"storages": [...], "capture": ...}`` per engine, whose storages the
+        Accelerator copies to CPU for ``async_save`` (see :func:`async_capture.capture`)."""
+        return [
+            async_capture.capture(engine, checkpoint.engine_tag(index))
+            for index, engine in enumerate(self._engines)
+        ]
 
     def save_checkpoint(
         self,
@@ -429,10 +429,18 @@ class DeepSpeedStrategy(Strategy):
         *,
         safe_serialization: bool = True,
     ) -> None:
-        """Every process: each engine's DeepSpeed checkpoint (``pytorch_model/``...), recorded in
-        the manifest by the processes that wrote its files."""
-        for index, engine in enumerate(self._engines):
-            checkpoint.save_engine(writer, engine, checkpoint.engine_tag(index))
+        """Every process: each engine's DeepSpeed checkpoint (``pytorch_model/``...) as
+        ``checkpoint_optimizer_states`` took it, written where DeepSpeed would have, and
+        recorded in the manifest by the processes that wrote its files. No collective (this may
+        run in the background saver's thread), except for an engine whose save could not be
+        taken: DeepSpeed saves it here, on the calling thread only."""
+        async_capture.write(
+            writer,
+            optimizer_states,
+            lambda index: checkpoint.save_engine(
+                writer, self._engines[index], checkpoint.engine_tag(index)
+            ),
+        )
 
     def load_checkpoint(
         self,
