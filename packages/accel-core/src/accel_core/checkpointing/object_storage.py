@@ -84,7 +84,9 @@ class RemoteFolder:
         return f"{self.path}/{name}"
 
     def has_manifest(self) -> bool:
-        """Whether this folder is a complete checkpoint (its manifest is written last)."""
+        """Whether this folder is a complete checkpoint (its manifest is written last). Asks
+        the store, not fsspec's cached listings (another process may have written it)."""
+        self.fs.invalidate_cache(self.path)
         return bool(self.fs.exists(self.file(MANIFEST)))
 
     def exists(self) -> bool:
