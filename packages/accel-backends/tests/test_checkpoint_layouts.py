@@ -9,13 +9,10 @@ checkpoints in turn (``layout_workers.py``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from worker_env import worker_env
-
-from accel_testing.processes import run_workers
+from layout_matrix import LOADED_EXACTLY, cell_results, run_matrix
 
 pytestmark = [pytest.mark.multiprocess]
 
@@ -69,16 +66,7 @@ PROCESSES = {label: processes for label, processes, _ in LAUNCHES}
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("layouts")
-    for label, processes, steps in LAUNCHES:
-        run_workers(
-            processes,
-            function=WORKERS,
-            args=[str(out), label, *steps],
-            env=worker_env(),
-            timeout=240,
-        )
-    return out
+    return run_matrix(tmp_path_factory.mktemp("layouts"), WORKERS, LAUNCHES)
 
 
 def test_the_saves_wrote_each_strategy_s_own_layout(matrix):
@@ -95,15 +83,8 @@ def test_the_saves_wrote_each_strategy_s_own_layout(matrix):
 
 @pytest.mark.parametrize(("launch", "cell", "strategy"), CELLS, ids=[c[1] for c in CELLS])
 def test_a_checkpoint_loads_exactly_into_another_layout(matrix, launch, cell, strategy):
-    for rank in range(PROCESSES[launch]):
-        found = json.loads((matrix / f"result_{launch}_{rank}.json").read_text())[cell]
-        assert found == {
-            "strategy": strategy,
-            "model": None,  # no difference: every weight equal, dtype included
-            "optimizer": None,  # Adam's exp_avg, exp_avg_sq and step, the groups' settings
-            "differed_before": True,
-            "trains": True,
-        }, (cell, rank)
+    for rank, found in enumerate(cell_results(matrix, launch, PROCESSES[launch], cell)):
+        assert found == {"strategy": strategy, **LOADED_EXACTLY}, (cell, rank)
 
 
 def _error(folder: Path) -> str:

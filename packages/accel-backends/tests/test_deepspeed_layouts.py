@@ -7,16 +7,12 @@ the save, exactly."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from layout_matrix import LOADED_EXACTLY, cell_results, run_matrix
 
 pytest.importorskip("deepspeed")
-
-from worker_env import worker_env
-
-from accel_testing.processes import run_workers
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -43,26 +39,12 @@ PROCESSES = {label: processes for label, processes, _ in LAUNCHES}
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("deepspeed_layouts")
-    for label, processes, steps in LAUNCHES:
-        run_workers(
-            processes,
-            function=WORKERS,
-            args=[str(out), label, *steps],
-            env=worker_env(DS_ACCELERATOR="cpu"),
-            timeout=300,
-        )
-    return out
+    return run_matrix(
+        tmp_path_factory.mktemp("deepspeed_layouts"), WORKERS, LAUNCHES, DS_ACCELERATOR="cpu"
+    )
 
 
 @pytest.mark.parametrize(("launch", "cell", "strategy"), CELLS, ids=[c[1] for c in CELLS])
 def test_a_checkpoint_loads_exactly_into_another_layout(matrix, launch, cell, strategy):
-    for rank in range(PROCESSES[launch]):
-        found = json.loads((matrix / f"result_{launch}_{rank}.json").read_text())[cell]
-        assert found == {
-            "strategy": strategy,
-            "model": None,
-            "optimizer": None,
-            "differed_before": True,
-            "trains": True,
-        }, (cell, rank)
+    for rank, found in enumerate(cell_results(matrix, launch, PROCESSES[launch], cell)):
+        assert found == {"strategy": strategy, **LOADED_EXACTLY}, (cell, rank)
