@@ -13,6 +13,7 @@ At the end the main process writes ``--result`` (the final weights, the step cou
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import os
 import signal
 
@@ -68,6 +69,10 @@ def build_accelerator(args: argparse.Namespace) -> Accelerator:
 
 
 def main() -> None:
+    # a hang shows where: every thread's stack on stderr, then exit (the test prints stderr)
+    faulthandler.dump_traceback_later(
+        int(os.environ.get("STORAGE_JOB_HANG_SECONDS", "150")), exit=True
+    )
     parser = argparse.ArgumentParser()
     parser.add_argument("--project", required=True)
     parser.add_argument("--result", required=True)

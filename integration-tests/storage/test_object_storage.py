@@ -175,6 +175,8 @@ def _assert_merges_from_the_bucket(server: S3Server, checkpoint: str, result: di
 
 
 SINGLE_PROCESS = """
+import faulthandler
+faulthandler.dump_traceback_later(90, exit=True)  # a hang shows where, on stderr
 import os, sys, torch
 from accel_core import Accelerator, ProjectConfiguration
 endpoint, cwd = sys.argv[1], os.getcwd()

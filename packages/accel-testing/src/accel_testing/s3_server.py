@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +47,9 @@ class S3Server:
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.start_timeout = start_timeout
         self._process: subprocess.Popen[bytes] | None = None
+        self._reader: threading.Thread | None = None
+        #: the end of the server's output (its request log), for diagnostics
+        self.log = b""
 
     def environment(self) -> dict[str, str]:
         """The variables that make boto clients use this server (``AWS_ENDPOINT_URL``)."""
@@ -71,11 +75,26 @@ class S3Server:
                 if not chunk:  # the server exited
                     break
                 if b"Running on" in output:  # werkzeug prints it once the socket listens
+                    self._drain(output)
                     return self
         self.stop()
         raise RuntimeError(
             f"moto_server did not start on {self.endpoint}: {output.decode()[-2000:]}"
         )
+
+    def _drain(self, output: bytes) -> None:
+        """Read the server's output for as long as it runs, keeping its last 64 KiB in
+        :attr:`log`: werkzeug logs every request, and a pipe nobody reads fills up (64 KiB, a
+        few hundred requests) and blocks the server in the middle of a request."""
+        assert self._process is not None and self._process.stdout is not None
+        stream, self.log = self._process.stdout, output[-65536:]
+
+        def read() -> None:
+            while chunk := os.read(stream.fileno(), 65536):
+                self.log = (self.log + chunk)[-65536:]
+
+        self._reader = threading.Thread(target=read, name="moto-server-output", daemon=True)
+        self._reader.start()
 
     def stop(self) -> None:
         """Stop the server (its objects are gone)."""
@@ -86,6 +105,9 @@ class S3Server:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+            if self._reader is not None:
+                self._reader.join()  # the pipe closed with the server: the reader stops
+                self._reader = None
             if self._process.stdout is not None:
                 self._process.stdout.close()
             self._process = None
