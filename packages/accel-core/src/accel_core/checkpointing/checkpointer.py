@@ -146,11 +146,9 @@ class Checkpointer:
         target, checkpoints_dir = self._checkpoint_target(output_dir)
         strategy = self.strategy
         if async_save and not strategy.supports_async_save:
-            reason = f" {strategy.async_save_refusal}" if strategy.async_save_refusal else ""
             raise CheckpointError(
                 f"save_state(async_save=True): strategy {strategy.name!r} saves through its own "
-                f"engine and can't write in the background.{reason} Call save_state without "
-                "async_save."
+                "engine and can't write in the background; call save_state without async_save."
             )
         if isinstance(target, RemoteFolder):
             temporary = remote_checkpoints.prepare_save(self, target)

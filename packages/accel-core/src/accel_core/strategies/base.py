@@ -155,8 +155,6 @@ class Strategy(ABC):
     handles_accumulation: ClassVar[bool] = False
     #: Whether ``save_checkpoint`` may run in a background thread on CPU copies of the states.
     supports_async_save: ClassVar[bool] = True
-    #: When it may not: why, and what to do instead (in ``save_state(async_save=True)``'s error).
-    async_save_refusal: ClassVar[str] = ""
     #: Whether every process holds the whole model (LocalSGD averages whole copies).
     replicates_model: ClassVar[bool] = False
     #: Whether the engine reduces gradients inside its own step (XLA under FSDP):
