@@ -158,6 +158,30 @@ def test_a_damaged_file_in_the_store_is_refused_before_anything_is_loaded(
     assert not staging_folder_exists(in_empty_folder.parent / "staging")
 
 
+def test_a_failed_streaming_write_leaves_no_object_and_no_checkpoint(
+    memory: tuple[str, object], in_empty_folder: Path
+) -> None:
+    url, fs = memory
+    root = url[len("memory://") :]
+    accelerator, model, optimizer = _train()
+    _step(model, optimizer)
+    accelerator.register_for_checkpointing(_Unpicklable())
+    with pytest.raises(CheckpointError, match=r"custom_checkpoint_0.pkl failed"):
+        accelerator.save_state(f"{url}/broken")
+    assert not fs.exists(f"{root}/broken/custom_checkpoint_0.pkl")
+    assert not fs.exists(f"{root}/broken/accel_checkpoint.json")
+
+
+class _Unpicklable:
+    """A registered object whose state torch.save can't write (a function in it)."""
+
+    def state_dict(self) -> dict[str, object]:
+        return {"weights": torch.ones(1 << 20), "callback": lambda: None}
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        raise AssertionError("never loaded")
+
+
 def test_async_save_to_a_url(memory: tuple[str, object], in_empty_folder: Path) -> None:
     url, _ = memory
     accelerator, model, optimizer = _train()

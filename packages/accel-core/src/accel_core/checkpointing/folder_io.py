@@ -33,7 +33,7 @@ from accel_core.checkpointing.manifest import (
     Manifest,
     file_block_checksums,
 )
-from accel_core.checkpointing.object_storage import Uploader
+from accel_core.checkpointing.object_storage import StreamingUpload, Uploader
 
 
 class CheckpointWriter:
@@ -121,7 +121,7 @@ class CheckpointWriter:
         if self.uploader is None:
             return open(self.path(name), "wb")
         target = self.uploader.target
-        return target.fs.open(target.file(name), "wb")
+        return StreamingUpload(target.fs, target.file(name))
 
     def finish(self) -> dict[str, FileRecord]:
         """Wait for the checksums still being computed; the records of every file written.

@@ -28,9 +28,11 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
+import queue
 import re
 import shutil
 import tempfile
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -196,6 +198,56 @@ class Uploader:
     def close(self) -> None:
         """Stop the helper threads once the uploads they started are done."""
         self._pool.shutdown(wait=True)
+
+
+class StreamingUpload:
+    """A binary file whose bytes become the object ``path`` of ``fs``: :meth:`write` hands them
+    (in slices of :data:`CHUNK_BYTES`) to a helper thread that sends them on, so serializing
+    (``torch.save``) and uploading overlap; at most ``depth`` slices wait in between. Use it as
+    a context manager: leaving it normally completes the object, leaving it by an exception
+    abandons it (an object store's multipart upload is dropped, nothing appears)."""
+
+    def __init__(self, fs: Any, path: str, depth: int = 4) -> None:
+        self._handle = fs.open(path, "wb")
+        self._slices: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
+        self._error: BaseException | None = None
+        self._sender = threading.Thread(target=self._send, name="accel-stream", daemon=True)
+        self._sender.start()
+
+    def _send(self) -> None:
+        while (piece := self._slices.get()) is not None:
+            if self._error is None:  # after a failure, keep draining: the writer never blocks
+                try:
+                    self._handle.write(piece)
+                except BaseException as error:  # raised in the writing thread, below
+                    self._error = error
+
+    def write(self, data: Any) -> int:
+        """Queue ``data`` (copied, in slices) for the store; raises an earlier send's error."""
+        if self._error is not None:
+            raise self._error
+        view = memoryview(data).cast("B")
+        for start in range(0, len(view), CHUNK_BYTES):
+            self._slices.put(bytes(view[start : start + CHUNK_BYTES]))
+        return len(view)
+
+    def flush(self) -> None:
+        """Nothing to do: the object is complete when the context is left."""
+
+    def __enter__(self) -> StreamingUpload:
+        return self
+
+    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
+        self._slices.put(None)
+        self._sender.join()
+        if kind is None and self._error is None:
+            self._handle.close()  # the last part, then the object is complete
+            return
+        discard = getattr(self._handle, "discard", None)
+        if discard is not None:
+            discard()  # drop the parts sent so far
+        if kind is None and self._error is not None:
+            raise self._error
 
 
 def download(
