@@ -23,7 +23,7 @@ WORKLOAD = str(HERE / "workloads" / "object_storage_round_trip.py")
 def run(ctx: Context) -> list[Row]:
     from accel_testing.s3_server import S3Server
 
-    millions, repeats = (4.0, 2) if ctx.quick else (25.0, 3)
+    millions, repeats = (4.0, 2) if ctx.quick else (25.0, 5)
     with S3Server() as server:
         env = {**server.environment(), "ACCEL_STAGING_DIR": str(ctx.scratch / "staging")}
         result = json_result(
