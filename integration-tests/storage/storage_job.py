@@ -38,22 +38,33 @@ class StepCounter:
         self.step = int(state["step"])
 
 
-def die_during_save(number: int, saves: list[int]) -> None:
-    """SIGKILL this process once its first file of save ``number`` is uploaded (the number is
-    taken when the save's uploader starts: a background save uploads while training goes on)."""
-    start, upload = object_storage.Uploader.__init__, object_storage.Uploader._upload
+def die_during_save(accelerator: Accelerator, number: int) -> None:
+    """SIGKILL this process once its first file of save ``number`` is in the store. The save is
+    counted by a save pre-hook, which runs inside ``save_state`` after an earlier background save
+    finished, so a background save's files are counted as its own."""
+    saves, armed = [0], [False]
 
-    def start_counting(self: object, *args: object) -> None:
-        start(self, *args)  # type: ignore[arg-type]
-        self.save_number = saves[0]  # type: ignore[attr-defined]
+    def count(*_: object) -> None:
+        saves[0] += 1
+        armed[0] = saves[0] == number
+
+    def then_die() -> None:
+        if armed[0]:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    upload, finish = object_storage.Uploader._upload, object_storage.StreamingUpload.__exit__
 
     def upload_then_die(self: object, name: str) -> None:
         upload(self, name)  # type: ignore[arg-type]
-        if self.save_number == number:  # type: ignore[attr-defined]
-            os.kill(os.getpid(), signal.SIGKILL)
+        then_die()
 
-    object_storage.Uploader.__init__ = start_counting  # type: ignore[method-assign]
+    def finish_then_die(self: object, *exc: object) -> None:
+        finish(self, *exc)  # type: ignore[arg-type]
+        then_die()
+
+    accelerator.register_save_state_pre_hook(count)
     object_storage.Uploader._upload = upload_then_die  # type: ignore[method-assign]
+    object_storage.StreamingUpload.__exit__ = finish_then_die  # type: ignore[method-assign]
 
 
 def build_accelerator(args: argparse.Namespace) -> Accelerator:
@@ -96,9 +107,8 @@ def main() -> None:
     model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
     counter = StepCounter()
     accelerator.register_for_checkpointing(counter)
-    saves = [0]
     if args.kill_in_save and accelerator.is_main_process:
-        die_during_save(args.kill_in_save, saves)
+        die_during_save(accelerator, args.kill_in_save)
 
     fs, path = fsspec.core.url_to_fs(args.project)
     skip = 0
@@ -116,7 +126,6 @@ def main() -> None:
             optimizer.zero_grad()
             counter.step += 1
             if counter.step % args.save_every == 0:
-                saves[0] += 1
                 accelerator.save_state(async_save=args.async_save)
     accelerator.wait_for_everyone()
     weights = accelerator.get_state_dict(model)

@@ -10,10 +10,11 @@ before it is used.
 Checksums stay off the writing path where they can: a ``torch.save`` file's block checksums are
 computed from the bytes as they are written; a file written by someone else (safetensors, an
 engine) is read back for them on a helper thread while the next file is written;
-:meth:`CheckpointWriter.finish` waits for them. For a checkpoint at a URL, ``torch.save`` files
-stream straight into the store; the root is a local staging folder for the others, each of which,
-once complete and checksummed, is uploaded (and deleted) by an
-:class:`~accel_core.checkpointing.object_storage.Uploader` while the next one is written.
+:meth:`CheckpointWriter.finish` waits for them. For a checkpoint at a URL, the files written
+through :meth:`~CheckpointWriter.write_object` and :meth:`~CheckpointWriter.write_tensors` stream
+straight into the store (the same bytes); the root is a local staging folder for the files an
+engine writes itself, each of which, once recorded and checksummed, is uploaded (and deleted) by
+an :class:`~accel_core.checkpointing.object_storage.Uploader` while the next one is written.
 """
 
 from __future__ import annotations
@@ -97,6 +98,18 @@ class CheckpointWriter:
         from accel_core.serialization import clean_state_dict_for_safetensors
 
         path = self.path(name)
+        if self.uploader is not None:  # a URL: the same bytes, streamed into the store
+            from accel_core.checkpointing.safetensors_stream import write_safetensors
+
+            try:
+                with self._open_for_writing(name) as handle:
+                    stream = _ChecksummedFile(handle)
+                    cleaned = clean_state_dict_for_safetensors(tensors)
+                    write_safetensors(cleaned, stream, {"format": "pt"})
+            except Exception as caught:
+                raise CheckpointError(f"writing {path} failed: {failure_text(caught)}") from caught
+            self.records[name] = FileRecord(stream.size, stream.checksums.digests(), self.rank)
+            return
         try:
             save_file(clean_state_dict_for_safetensors(tensors), path, {"format": "pt"})
         except Exception as caught:
@@ -116,8 +129,8 @@ class CheckpointWriter:
         self.records[name] = FileRecord(stream.size, stream.checksums.digests(), self.rank)
 
     def _open_for_writing(self, name: str) -> Any:
-        """The local file ``name``, or for a checkpoint at a URL the object itself: ``torch.save``
-        streams into it (in parts, while it serializes), with no local copy."""
+        """The local file ``name``, or for a checkpoint at a URL the object itself: the file is
+        streamed into it (in parts, while it serializes), with no local copy."""
         if self.uploader is None:
             return open(self.path(name), "wb")
         target = self.uploader.target
