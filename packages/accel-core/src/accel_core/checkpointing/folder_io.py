@@ -99,22 +99,28 @@ class CheckpointWriter:
 
         path = self.path(name)
         if self.uploader is not None:  # a URL: the same bytes, streamed into the store
-            from accel_core.checkpointing.safetensors_stream import write_safetensors
-
-            try:
-                with self._open_for_writing(name) as handle:
-                    stream = _ChecksummedFile(handle)
-                    cleaned = clean_state_dict_for_safetensors(tensors)
-                    write_safetensors(cleaned, stream, {"format": "pt"})
-            except Exception as caught:
-                raise CheckpointError(f"writing {path} failed: {failure_text(caught)}") from caught
-            self.records[name] = FileRecord(stream.size, stream.checksums.digests(), self.rank)
+            cleaned = clean_state_dict_for_safetensors(tensors)
+            # on an upload thread, while this one serializes the next file (finish() waits)
+            self.uploader.run(self._stream_tensors, name, cleaned)
             return
         try:
             save_file(clean_state_dict_for_safetensors(tensors), path, {"format": "pt"})
         except Exception as caught:
             raise CheckpointError(f"writing {path} failed: {failure_text(caught)}") from caught
         self.record(name)
+
+    def _stream_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
+        from accel_core.checkpointing.safetensors_stream import write_safetensors
+
+        try:
+            with self._open_for_writing(name) as handle:
+                stream = _ChecksummedFile(handle)
+                write_safetensors(tensors, stream, {"format": "pt"})
+        except Exception as caught:
+            raise CheckpointError(
+                f"writing {self.path(name)} failed: {failure_text(caught)}"
+            ) from caught
+        self.records[name] = FileRecord(stream.size, stream.checksums.digests(), self.rank)
 
     def write_object(self, name: str, obj: Any) -> None:
         """Write ``obj`` with ``torch.save`` (its block checksums computed from the bytes

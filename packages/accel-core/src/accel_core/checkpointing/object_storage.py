@@ -10,11 +10,12 @@ An object store has no rename, so a checkpoint at a URL is complete exactly when
 (``accel_checkpoint.json``) is there: it is written last, after every process uploaded its
 files; listing, ``total_limit`` and ``load_state()`` (the latest) see only folders that have one;
 a save over an existing URL first deletes the old folder; rotation deletes a manifest before the
-rest. Each process writes its ``torch.save`` files straight into the store (see
-:meth:`~accel_core.checkpointing.folder_io.CheckpointWriter.write_object`); the others go into a
-folder of its machine's local disk (the *staging* folder, under ``ACCEL_STAGING_DIR`` or the
-temporary directory) exactly as for a local checkpoint, and the :class:`Uploader` sends each one
-as soon as it is complete and deletes it once stored. Loading downloads the checkpoint into the
+rest. Each process writes the files accel serializes itself straight into the store
+(:class:`StreamingUpload`; see :class:`~accel_core.checkpointing.folder_io.CheckpointWriter`); the
+files an engine writes into a folder itself go into a folder of its machine's local disk (the
+*staging* folder, under ``ACCEL_STAGING_DIR`` or the temporary directory) exactly as for a local
+checkpoint, and the :class:`Uploader` sends each one as soon as it is recorded and deletes it once
+stored. Loading downloads the checkpoint into the
 staging folder (the processes of a machine share the files), checking each file's size and block
 checksums as its bytes arrive, and removes it after the load.
 
@@ -33,7 +34,7 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -181,6 +182,11 @@ class Uploader:
     def add(self, name: str) -> None:
         """Upload ``name`` (a file of the staging folder, ``/``-separated)."""
         self._pending.append(self._pool.submit(self._upload, name))
+
+    def run(self, function: Callable[..., None], *args: Any) -> None:
+        """Run ``function(*args)`` (a file streamed into the store) on an upload thread;
+        :meth:`finish` waits for it and raises its error."""
+        self._pending.append(self._pool.submit(function, *args))
 
     def _upload(self, name: str) -> None:
         local = self.staging / name
