@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 from deepspeed_workers import loader, new_model, reset, step_batch
-from layout_workers import first_difference
+from layout_workers import load_report
 
 LR = 0.05
 
@@ -111,14 +111,7 @@ def load(out: Path, strategy: str, name: str) -> dict[str, object]:
         accelerator.load_state(out / name)
     loaded = full_states(accelerator, model, optimizer, strategy)
     losses = train(accelerator, model, optimizer, range(2, 3))
-    result = {
-        "strategy": type(accelerator.strategy).__name__,
-        "model": first_difference(saved["model"], loaded["model"], "model"),
-        "optimizer": first_difference(saved["optimizer"], loaded["optimizer"], "optimizer"),
-        "differed_before": first_difference(saved["model"], before["model"]) is not None
-        and first_difference(saved["optimizer"], before["optimizer"]) is not None,
-        "trains": all(loss == loss for loss in losses),
-    }
+    result = load_report(accelerator, saved, before, loaded, losses)
     accelerator.end_training()
     return result
 

@@ -100,6 +100,22 @@ def full_states(accelerator, model, optimizer) -> dict[str, object]:
     return tree_map_only(torch.Tensor, torch.clone, states)
 
 
+def load_report(
+    accelerator: object, saved: dict, before: dict, loaded: dict, losses: list[float]
+) -> dict[str, object]:
+    """What a rank reports for a cell: the strategy, the first difference between the saved and
+    the loaded model and optimizer states (None: none), whether the states before loading
+    differed from the saved ones (so the comparison can fail), whether training went on."""
+    return {
+        "strategy": type(accelerator.strategy).__name__,  # type: ignore[attr-defined]
+        "model": first_difference(saved["model"], loaded["model"], "model"),
+        "optimizer": first_difference(saved["optimizer"], loaded["optimizer"], "optimizer"),
+        "differed_before": first_difference(saved["model"], before["model"]) is not None
+        and first_difference(saved["optimizer"], before["optimizer"]) is not None,
+        "trains": all(loss == loss for loss in losses),
+    }
+
+
 def first_difference(saved: object, loaded: object, where: str = "") -> str | None:
     """Where ``loaded`` differs from ``saved`` (exactly, dtypes included), or ``None``."""
     if isinstance(saved, torch.Tensor):
@@ -170,15 +186,7 @@ def load(out: Path, strategy: str, kind: str, name: str) -> dict[str, object]:
         accelerator.load_state(out / name)
     loaded = full_states(accelerator, model, optimizer)
     losses = train(accelerator, model, optimizer, range(2, 3))
-    result = {
-        "strategy": type(accelerator.strategy).__name__,
-        "model": first_difference(saved["model"], loaded["model"], "model"),
-        "optimizer": first_difference(saved["optimizer"], loaded["optimizer"], "optimizer"),
-        # the comparison can fail: the states before loading differ from the saved ones
-        "differed_before": first_difference(saved["model"], before["model"]) is not None
-        and first_difference(saved["optimizer"], before["optimizer"]) is not None,
-        "trains": all(loss == loss for loss in losses),
-    }
+    result = load_report(accelerator, saved, before, loaded, losses)
     accelerator.end_training()
     return result
 

@@ -12,13 +12,13 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 pytest.importorskip("deepspeed")
 
 import torch
 from deepspeed_testing import run
+from state_equality import assert_same
 from worker_env import worker_env
 
 from accel_core.checkpointing import folders
@@ -63,9 +63,9 @@ def test_the_files_equal_deepspeeds_own_and_a_synchronous_save(saved, name):
     assert set(deepspeed_files) <= set(listed)
     assert any(n.startswith("pytorch_model/") and "optim_states" in n for n in deepspeed_files)
     for file in listed:
-        _assert_same(_read(sync / file), _read(asynchronous / file), file)
+        assert_same(_read(sync / file), _read(asynchronous / file), file, key_order=True)
         if file in deepspeed_files:
-            _assert_same(_read(direct / file), _read(asynchronous / file), file)
+            assert_same(_read(direct / file), _read(asynchronous / file), file, key_order=True)
 
 
 @pytest.mark.parametrize("name", RUNS)
@@ -111,24 +111,3 @@ def _read(path: Path) -> Any:
     if path.suffix in (".pt", ".bin", ".pkl"):
         return torch.load(path, weights_only=False)
     return path.read_bytes()
-
-
-def _assert_same(a: Any, b: Any, where: str) -> None:
-    """Exactly equal: tensors bit for bit, objects by their attributes."""
-    assert type(a) is type(b), where
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), where
-    elif isinstance(a, np.ndarray):
-        assert np.array_equal(a, b), where
-    elif isinstance(a, dict):
-        assert list(a) == list(b), where
-        for key in a:
-            _assert_same(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for index, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{index}]")
-    elif hasattr(a, "__dict__") and not isinstance(a, type):
-        _assert_same(vars(a), vars(b), where)
-    else:
-        assert a == b, where

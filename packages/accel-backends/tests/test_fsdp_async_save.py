@@ -10,10 +10,10 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
+from state_equality import assert_same
 from worker_env import worker_env
 
 from accel_core.checkpointing import folders
@@ -58,7 +58,7 @@ def test_async_save_overlaps_training_and_writes_what_a_sync_save_writes(tmp_pat
     for pair in ("1", "2"):
         sync, asynchronous = tmp_path / f"sync_{pair}", tmp_path / f"async_{pair}"
         assert _listed(sync) == _listed(asynchronous)
-        _assert_same(_contents(sync), _contents(asynchronous))
+        assert_same(_contents(sync), _contents(asynchronous))
     if kind == "sharded":
         assert any(name.endswith(".distcp") for name in _listed(tmp_path / "async_1"))
     else:
@@ -108,22 +108,3 @@ def _contents(folder: Path) -> dict[str, Any]:
         else:
             contents[name] = torch.load(path, weights_only=False)
     return contents
-
-
-def _assert_same(a: Any, b: Any, where: str = "") -> None:
-    """Exactly equal, tensors bit for bit."""
-    assert type(a) is type(b), where
-    if isinstance(a, torch.Tensor):
-        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b), where
-    elif isinstance(a, np.ndarray):
-        assert np.array_equal(a, b), where
-    elif isinstance(a, dict):
-        assert a.keys() == b.keys(), where
-        for key in a:
-            _assert_same(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for index, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{index}]")
-    else:
-        assert a == b, where

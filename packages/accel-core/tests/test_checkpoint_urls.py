@@ -9,8 +9,9 @@ import importlib.util
 import json
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import fsspec
 import pytest
@@ -21,14 +22,27 @@ from accel_core.checkpointing import CheckpointError
 from accel_core.checkpointing.object_storage import staging_folder
 
 
+class MemoryFolder(NamedTuple):
+    """A folder on the memory filesystem: its URL, the filesystem, its path there."""
+
+    url: str
+    fs: Any
+    root: str
+
+
 @pytest.fixture
-def memory() -> Iterator[tuple[str, object]]:
-    """A fresh folder on the memory filesystem: (its URL, the filesystem)."""
+def memory() -> Iterator[MemoryFolder]:
+    """A fresh folder on the memory filesystem."""
     fs = fsspec.filesystem("memory")
     folder = f"/accel-{uuid.uuid4().hex[:8]}"
-    yield f"memory://{folder}", fs
+    yield MemoryFolder(f"memory://{folder}", fs, folder)
     if fs.exists(folder):
         fs.rm(folder, recursive=True)
+
+
+def _names(paths: Iterable[str]) -> list[str]:
+    """The last parts of ``paths``, sorted."""
+    return sorted(str(path).rsplit("/", 1)[1] for path in paths)
 
 
 @pytest.fixture
@@ -61,17 +75,17 @@ def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> None:
 
 
 def test_a_url_checkpoint_holds_the_same_bytes_as_a_local_one(
-    memory: tuple[str, object], in_empty_folder: Path, tmp_path: Path
+    memory: MemoryFolder, in_empty_folder: Path, tmp_path: Path
 ) -> None:
-    url, fs = memory
+    url, fs, root = memory
     accelerator, model, optimizer = _train()
     _step(model, optimizer)
     assert accelerator.save_state(f"{url}/step1") == f"{url}/step1"
     accelerator.save_state(tmp_path / "local")
-    stored = sorted(p.rsplit("/", 1)[1] for p in fs.find(f"{url[len('memory://') :]}/step1"))
+    stored = _names(fs.find(f"{root}/step1"))
     assert stored == sorted(os.listdir(tmp_path / "local"))
     for name in ("model.safetensors", "optimizer.bin"):
-        remote = fs.cat_file(f"{url[len('memory://') :]}/step1/{name}")
+        remote = fs.cat_file(f"{root}/step1/{name}")
         assert remote == (tmp_path / "local" / name).read_bytes(), name
     assert os.listdir(in_empty_folder) == []  # no local folder named "memory:"
     assert not staging_folder_exists(in_empty_folder.parent / "staging")
@@ -82,9 +96,9 @@ def staging_folder_exists(root: Path) -> bool:
 
 
 def test_load_state_from_a_url_restores_weights_and_optimizer(
-    memory: tuple[str, object], in_empty_folder: Path
+    memory: MemoryFolder, in_empty_folder: Path
 ) -> None:
-    url, _ = memory
+    url = memory.url
     accelerator, model, optimizer = _train()
     _step(model, optimizer)
     accelerator.save_state(f"{url}/step1")
@@ -99,17 +113,16 @@ def test_load_state_from_a_url_restores_weights_and_optimizer(
 
 
 def test_rotation_and_latest_see_only_complete_checkpoints(
-    memory: tuple[str, object], in_empty_folder: Path
+    memory: MemoryFolder, in_empty_folder: Path
 ) -> None:
-    url, fs = memory
-    root = url[len("memory://") :]
+    url, fs, root = memory
     accelerator, model, optimizer = _train(url, limit=2)
     saved = []
     for _ in range(4):
         _step(model, optimizer)
         accelerator.save_state()
         saved.append(model.weight.detach().clone())
-    folders = sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{root}/checkpoints", detail=False))
+    folders = _names(fs.ls(f"{root}/checkpoints", detail=False))
     assert folders == ["checkpoint_2", "checkpoint_3"]
     # a later save that never finished: files, no manifest
     fs.pipe_file(f"{root}/checkpoints/checkpoint_9/model.safetensors", b"partial")
@@ -118,17 +131,17 @@ def test_rotation_and_latest_see_only_complete_checkpoints(
     assert torch.equal(model.weight, saved[-1])  # checkpoint_3, not the partial checkpoint_9
     assert accelerator.project_configuration.iteration == 4
     accelerator.save_state()  # checkpoint_4; rotation leaves the partial one alone
-    folders = sorted(p.rsplit("/", 1)[1] for p in fs.ls(f"{root}/checkpoints", detail=False))
+    folders = _names(fs.ls(f"{root}/checkpoints", detail=False))
     assert folders == ["checkpoint_3", "checkpoint_4", "checkpoint_9"]
     manifest = json.loads(fs.cat_file(f"{root}/checkpoints/checkpoint_4/accel_checkpoint.json"))
     assert manifest["iteration"] == 4
 
 
 def test_a_folder_without_manifest_is_not_loaded(
-    memory: tuple[str, object], in_empty_folder: Path
+    memory: MemoryFolder, in_empty_folder: Path
 ) -> None:
-    url, fs = memory
-    fs.pipe_file(f"{url[len('memory://') :]}/broken/model.safetensors", b"partial")
+    url, fs, root = memory
+    fs.pipe_file(f"{root}/broken/model.safetensors", b"partial")
     accelerator, model, _ = _train()
     before = model.weight.detach().clone()
     with pytest.raises(CheckpointError, match=r"broken is not a complete checkpoint .*no accel_"):
@@ -137,10 +150,9 @@ def test_a_folder_without_manifest_is_not_loaded(
 
 
 def test_a_damaged_file_in_the_store_is_refused_before_anything_is_loaded(
-    memory: tuple[str, object], in_empty_folder: Path
+    memory: MemoryFolder, in_empty_folder: Path
 ) -> None:
-    url, fs = memory
-    root = url[len("memory://") :]
+    url, fs, root = memory
     accelerator, model, optimizer = _train()
     _step(model, optimizer)
     accelerator.save_state(f"{url}/step1")
@@ -159,10 +171,9 @@ def test_a_damaged_file_in_the_store_is_refused_before_anything_is_loaded(
 
 
 def test_a_failed_streaming_write_leaves_no_object_and_no_checkpoint(
-    memory: tuple[str, object], in_empty_folder: Path
+    memory: MemoryFolder, in_empty_folder: Path
 ) -> None:
-    url, fs = memory
-    root = url[len("memory://") :]
+    url, fs, root = memory
     accelerator, model, optimizer = _train()
     _step(model, optimizer)
     accelerator.register_for_checkpointing(_Unpicklable())
@@ -182,8 +193,8 @@ class _Unpicklable:
         raise AssertionError("never loaded")
 
 
-def test_async_save_to_a_url(memory: tuple[str, object], in_empty_folder: Path) -> None:
-    url, _ = memory
+def test_async_save_to_a_url(memory: MemoryFolder, in_empty_folder: Path) -> None:
+    url = memory.url
     accelerator, model, optimizer = _train()
     _step(model, optimizer)
     expected = model.weight.detach().clone()
@@ -223,12 +234,11 @@ def test_s3_without_s3fs_names_the_extra(in_empty_folder: Path) -> None:
 
 
 def test_save_model_to_a_url_reads_back_with_safetensors(
-    memory: tuple[str, object], in_empty_folder: Path
+    memory: MemoryFolder, in_empty_folder: Path
 ) -> None:
     from safetensors.torch import load
 
-    url, fs = memory
-    root = url[len("memory://") :]
+    url, fs, root = memory
     accelerator, model, _ = _train()
     accelerator.save_model(model, f"{url}/model", max_shard_size=40)
     index = json.loads(fs.cat_file(f"{root}/model/model.safetensors.index.json"))
@@ -240,7 +250,7 @@ def test_save_model_to_a_url_reads_back_with_safetensors(
         assert torch.equal(loaded[name], tensor), name
     # saved again unsharded: the shards and the index of the first save are gone
     accelerator.save_model(model, f"{url}/model")
-    assert sorted(p.rsplit("/", 1)[1] for p in fs.find(f"{root}/model")) == ["model.safetensors"]
+    assert _names(fs.find(f"{root}/model")) == ["model.safetensors"]
 
 
 def test_staging_folders_differ_per_url_and_machine() -> None:
