@@ -40,6 +40,24 @@ class StepCounter:
         self.step = int(state["step"])
 
 
+def signal_and_wait(target: int, number: signal.Signals) -> None:
+    """Send ``number`` to ``target`` (the launcher, which passes it on to its workers) and go on
+    only once it reached this process too, then let this process's own handler (accel's) see it.
+    So the steps run after the signal don't depend on how soon the launcher and its agent were
+    scheduled on a loaded machine. The signal is blocked meanwhile: one that arrives before the
+    wait starts stays pending, it is never missed."""
+    if number in (signal.SIGKILL, signal.SIGSTOP):  # can't be waited for; the launcher dies
+        os.kill(target, number)
+        return
+    signal.pthread_sigmask(signal.SIG_BLOCK, {number})
+    try:
+        os.kill(target, number)
+        signal.sigwait({number})
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
+    signal.raise_signal(number)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--project", required=True)
@@ -115,7 +133,7 @@ def main() -> None:
             signalling = mine and not once.exists()
             if counter.step == args.signal_at and signalling:
                 once.touch()  # once per job: a replacement machine starts at attempt 0 again
-                os.kill(target, signal.Signals[args.signal])
+                signal_and_wait(target, signal.Signals[args.signal])
                 if args.signal_again_during_save:
                     accelerator.register_save_state_pre_hook(
                         lambda *_: os.kill(target, signal.Signals[args.signal])
