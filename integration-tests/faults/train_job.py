@@ -40,24 +40,6 @@ class StepCounter:
         self.step = int(state["step"])
 
 
-def signal_and_wait(target: int, number: signal.Signals) -> None:
-    """Send ``number`` to ``target`` (the launcher, which passes it on to its workers) and go on
-    only once it reached this process too, then let this process's own handler (accel's) see it.
-    So the steps run after the signal don't depend on how soon the launcher and its agent were
-    scheduled on a loaded machine. The signal is blocked meanwhile: one that arrives before the
-    wait starts stays pending, it is never missed."""
-    if number in (signal.SIGKILL, signal.SIGSTOP):  # can't be waited for; the launcher dies
-        os.kill(target, number)
-        return
-    signal.pthread_sigmask(signal.SIG_BLOCK, {number})
-    try:
-        os.kill(target, number)
-        signal.sigwait({number})
-    finally:
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {number})
-    signal.raise_signal(number)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--project", required=True)
@@ -68,12 +50,6 @@ def main() -> None:
     parser.add_argument("--die-rank", type=int, default=1)
     parser.add_argument("--signal-at", type=int, default=-1, help="at this step, on attempt 0...")
     parser.add_argument("--signal-rank", type=int, default=0, help="...this rank sends...")
-    parser.add_argument(
-        "--signal-where",
-        default="",
-        help="...or the first process of the machine whose launcher "
-        "has this environment variable set to 1...",
-    )
     parser.add_argument("--signal", default="SIGTERM", help="...this signal...")
     parser.add_argument(
         "--signal-pid-from", default="ACCEL_LAUNCHER_PID", help="...to this pid (or self)"
@@ -124,16 +100,10 @@ def main() -> None:
             dying = attempt == "0" and accelerator.process_index == args.die_rank
             if counter.step == args.die_at and dying:
                 os.kill(os.getpid(), signal.SIGKILL)
-            mine = accelerator.process_index == args.signal_rank
-            if args.signal_where:  # a machine, not a rank: c10d deals ranks in join order
-                mine = (
-                    os.environ.get(args.signal_where) == "1"
-                    and accelerator.local_process_index == 0
-                )
-            signalling = mine and not once.exists()
+            signalling = accelerator.process_index == args.signal_rank and not once.exists()
             if counter.step == args.signal_at and signalling:
                 once.touch()  # once per job: a replacement machine starts at attempt 0 again
-                signal_and_wait(target, signal.Signals[args.signal])
+                os.kill(target, signal.Signals[args.signal])
                 if args.signal_again_during_save:
                     accelerator.register_save_state_pre_hook(
                         lambda *_: os.kill(target, signal.Signals[args.signal])
