@@ -50,6 +50,12 @@ def main() -> None:
     parser.add_argument("--die-rank", type=int, default=1)
     parser.add_argument("--signal-at", type=int, default=-1, help="at this step, on attempt 0...")
     parser.add_argument("--signal-rank", type=int, default=0, help="...this rank sends...")
+    parser.add_argument(
+        "--signal-where",
+        default="",
+        help="...or the first process of the machine whose launcher "
+        "has this environment variable set to 1...",
+    )
     parser.add_argument("--signal", default="SIGTERM", help="...this signal...")
     parser.add_argument(
         "--signal-pid-from", default="ACCEL_LAUNCHER_PID", help="...to this pid (or self)"
@@ -100,7 +106,13 @@ def main() -> None:
             dying = attempt == "0" and accelerator.process_index == args.die_rank
             if counter.step == args.die_at and dying:
                 os.kill(os.getpid(), signal.SIGKILL)
-            signalling = accelerator.process_index == args.signal_rank and not once.exists()
+            mine = accelerator.process_index == args.signal_rank
+            if args.signal_where:  # a machine, not a rank: c10d deals ranks in join order
+                mine = (
+                    os.environ.get(args.signal_where) == "1"
+                    and accelerator.local_process_index == 0
+                )
+            signalling = mine and not once.exists()
             if counter.step == args.signal_at and signalling:
                 once.touch()  # once per job: a replacement machine starts at attempt 0 again
                 os.kill(target, signal.Signals[args.signal])
