@@ -7,7 +7,8 @@ and saves every ``--save-every`` steps. It resumes mid-epoch as docs/guides/chec
 from outside, or ask it to do so at a step: ``--die-at STEP`` makes one rank SIGKILL itself on
 the first attempt (a worker lost mid-epoch); ``--signal-at STEP`` makes one rank send a signal to
 a process named by an environment variable (its launcher, by default), once per job (a file in
-the project folder remembers it: a replacement machine starts again at attempt 0).
+the project folder remembers it: a replacement machine starts again at attempt 0), and waits
+until the launcher has passed a catchable signal back to it.
 
 At the end the main process writes ``RESULT`` (the final weights and the step counter) and every
 rank appends one line per step to ``steps_<rank>.log`` in the project folder (step, attempt), so a
@@ -19,7 +20,9 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import threading
 from pathlib import Path
+from types import FrameType
 
 import torch
 from torch.utils.data import DataLoader, TensorDataset
@@ -38,6 +41,27 @@ class StepCounter:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.step = int(state["step"])
+
+
+def _relay_arrival(sent: signal.Signals) -> threading.Event | None:
+    """An event set once ``sent`` reaches this process (its handler, accel's, still runs).
+
+    The job waits on it after signalling its launcher, so how many steps run between the signal
+    and the stop does not depend on how soon the launcher is scheduled to pass the signal on.
+    ``None`` where the signal has no Python handler to relay to (SIGKILL, a default action).
+    """
+    handler = signal.getsignal(sent)
+    if not callable(handler):
+        return None
+    arrived = threading.Event()
+
+    def relay(signum: int, frame: FrameType | None) -> None:
+        signal.signal(sent, handler)
+        arrived.set()
+        handler(signum, frame)
+
+    signal.signal(sent, relay)
+    return arrived
 
 
 def main() -> None:
@@ -115,7 +139,11 @@ def main() -> None:
             signalling = mine and not once.exists()
             if counter.step == args.signal_at and signalling:
                 once.touch()  # once per job: a replacement machine starts at attempt 0 again
-                os.kill(target, signal.Signals[args.signal])
+                sent = signal.Signals[args.signal]
+                arrived = _relay_arrival(sent)
+                os.kill(target, sent)
+                if arrived is not None and not arrived.wait(timeout=60):
+                    raise RuntimeError(f"{sent.name} sent to {target} never came back here")
                 if args.signal_again_during_save:
                     accelerator.register_save_state_pre_hook(
                         lambda *_: os.kill(target, signal.Signals[args.signal])
