@@ -67,7 +67,8 @@ def _add_torch(session: nox.Session, python: str = "python") -> None:
     into :data:`TORCH_LAYER` the first time, then write one ``.pth`` line into the venv's
     site-packages. pip reads ``.pth`` paths as installed: ``pip install torch==2.13.0`` and every
     package that requires torch find it there, and a package that needs another version of one of
-    torch's dependencies installs it in its venv, ahead of the shared one on ``sys.path``."""
+    torch's dependencies installs it in its venv, ahead of the shared one on ``sys.path``.
+    torch's console scripts (``torchrun``) are written into the venv's ``bin``."""
     complete = TORCH_LAYER / ".complete"
     if not complete.exists():
         shutil.rmtree(TORCH_LAYER, ignore_errors=True)
@@ -76,11 +77,43 @@ def _add_torch(session: nox.Session, python: str = "python") -> None:
             external=True,
         )  # fmt: skip
         complete.touch()
-    site = session.run(
-        python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+    paths = session.run(
+        python, "-c", "import sys, sysconfig; paths = sysconfig.get_paths(); "
+        "print(paths['purelib'], paths['scripts'], sys.executable)",
         silent=True, external=True,
     )  # fmt: skip
-    Path(str(site).strip(), "_accel_shared_torch.pth").write_text(f"{TORCH_LAYER}\n")
+    site, scripts, interpreter = str(paths).split()
+    Path(site, "_accel_shared_torch.pth").write_text(f"{TORCH_LAYER}\n")
+    # torch's console scripts (torchrun...) next to the venv's python, as pip would write them
+    for script in (TORCH_LAYER / "bin").iterdir():
+        lines = script.read_text().splitlines(keepends=True)
+        target = Path(scripts, script.name)
+        target.write_text(f"#!{interpreter}\n" + "".join(lines[1:]))
+        target.chmod(0o755)
+
+
+#: The local packages' wheels, built once per nox run by the first session that installs one of
+#: them (all at once) and installed by every session from there: pip builds a source folder in an
+#: isolated environment of its own, about 5 s a package, and a run installs about 80.
+WHEEL_DIR = ROOT / ".nox" / "_shared" / "wheels"
+_WHEELS: dict[str, Path] = {}
+
+
+def _local_target(session: nox.Session, name: str, extras: str = "") -> str:
+    """What ``pip install`` takes for the local distribution ``name`` (``extras`` applied): its
+    wheel, built with the others the first time in this run."""
+    if not _WHEELS:
+        shutil.rmtree(WHEEL_DIR, ignore_errors=True)
+        WHEEL_DIR.mkdir(parents=True)
+        folders = [str(folder) for folder in LOCAL.values()]
+        session.run(
+            "python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(WHEEL_DIR), *folders
+        )
+        by_project = {dist.replace("-", "_"): dist for dist in LOCAL}
+        for wheel in WHEEL_DIR.glob("*.whl"):
+            _WHEELS[by_project[wheel.name.split("-", 1)[0]]] = wheel
+    wheel = str(_WHEELS[name])
+    return f"{wheel}[{extras}]" if extras else wheel
 
 
 def _read_pyproject(directory: Path) -> dict:
@@ -145,7 +178,7 @@ def _install_local(
     targets = []
     for name in _local_closure(names, extras):
         wants_extra = extras and name in names and _has_extra(name, extras)
-        targets.append(f"{LOCAL[name]}[{extras}]" if wants_extra else str(LOCAL[name]))
+        targets.append(_local_target(session, name, extras if wants_extra else ""))
     session.install(*targets, env=env)
 
 
@@ -190,7 +223,9 @@ def backend_deepspeed(session: nox.Session) -> None:
         session, ["accel-backends", "accel-testing"], extras="deepspeed", env={"DS_BUILD_OPS": "0"}
     )
     # DeepSpeed's checkpoints into a real S3 server (test_deepspeed_object_storage.py)
-    session.install(f"{LOCAL['accel-core']}[s3]", f"{LOCAL['accel-testing']}[s3]")
+    session.install(
+        _local_target(session, "accel-core", "s3"), _local_target(session, "accel-testing", "s3")
+    )
     session.run("pip", "check")
     tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_deepspeed_*.py"))
     _pytest(session, *tests, env={"DS_ACCELERATOR": "cpu"})
@@ -343,7 +378,7 @@ def profiles(session: nox.Session, profile: str) -> None:
     wanted = {"inference": ["accel-bigmodel"], "launcher": ["accel-launch"], "full": ["accel-kit"]}
     if profile != "launcher":
         _add_torch(session)
-    session.install(*[str(LOCAL[name]) for name in _local_closure(wanted[profile])])
+    session.install(*[_local_target(session, name) for name in _local_closure(wanted[profile])])
     session.run("python", "integration-tests/profiles/check_profile.py", profile)
 
 
@@ -381,20 +416,27 @@ def docs(session: nox.Session) -> None:
 DEEPSPEED = "deepspeed==0.19.8"
 
 
+#: The Hugging Face Accelerate venvs made in this run, by what they hold.
+_ACCELERATE_VENVS: dict[tuple[str, ...], str] = {}
+
+
 def _accelerate_python(
     session: nox.Session, with_transformers: bool = True, packages: tuple[str, ...] = ()
 ) -> str:
     """A separate venv with Hugging Face Accelerate (and, for the benchmarks, transformers and
     DeepSpeed, which Accelerate's DeepSpeed integration needs), plus ``packages`` (installed with
-    torch pinned in the same command); returns its interpreter. Without them it installs in about
-    half a minute."""
-    venv = Path(session.create_tmp()) / "hf-accelerate"
-    python = venv / "bin" / "python"
-    if not python.exists():
-        session.run("python", "-m", "venv", str(venv), external=True)
-    _add_torch(session, str(python))
+    torch pinned in the same command); returns its interpreter. Sessions of one run that ask for
+    the same share it (``.nox/_shared/``); it is made afresh in each run."""
     extra = ["transformers", DEEPSPEED] if with_transformers else []
     extra += [TORCH, *packages] if packages else []
+    key = (ACCELERATE, *extra)
+    if key in _ACCELERATE_VENVS:
+        return _ACCELERATE_VENVS[key]
+    venv = ROOT / ".nox" / "_shared" / f"hf-accelerate-{len(_ACCELERATE_VENVS)}"
+    shutil.rmtree(venv, ignore_errors=True)
+    python = venv / "bin" / "python"
+    session.run("python", "-m", "venv", str(venv), external=True)
+    _add_torch(session, str(python))
     session.run(
         str(python),
         "-m",
@@ -406,6 +448,7 @@ def _accelerate_python(
         external=True,
         env={"DS_BUILD_OPS": "0"},
     )
+    _ACCELERATE_VENVS[key] = str(python)
     return str(python)
 
 
