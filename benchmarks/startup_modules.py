@@ -1,0 +1,240 @@
+"""Start-up audit: which modules a process has loaded, and how long it took, after each step of
+getting to a first DDP training step (issue 34).
+
+Each case runs in fresh interpreters (``--repeats`` times, median). Reported per case:
+
+- ``modules``: ``len(sys.modules)`` after the case's code ran (the interpreter's own included);
+- ``ours``: how many of them are accel's (names starting with ``accel``);
+- ``wall s``: wall seconds of the case's code inside the process (interpreter start excluded);
+- ``import s``: the sum of every module's own import time under ``-X importtime`` (a separate
+  run, since that flag slows imports down a little), and ``ours import s`` the part of it spent
+  in accel's modules.
+
+The last case runs two processes (a 2-process gloo group, set up through torchrun's environment
+variables) that build an ``Accelerator``, ``prepare`` a model, optimizer and data loader (DDP) and
+run one training step; rank 0 reports.
+
+Usage: ``python benchmarks/startup_modules.py [--src CHECKOUT] [--repeats 3] [--list CASE]``.
+``--src`` names the checkout whose ``packages/*/src`` go first on ``PYTHONPATH`` (default: the one
+holding this file), so two checkouts compare with the same interpreter. ``--list`` prints the
+accel modules a case loaded, to see what is there and should not be.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+# The case's code runs between two clock reads; the report is printed after the modules are
+# counted, so that json (imported to print it) is not counted.
+_PROBE = """\
+import sys, time
+_start = time.perf_counter()
+{code}
+_seconds = time.perf_counter() - _start
+_names = sorted(sys.modules)
+import json
+if int(__import__("os").environ.get("RANK", "0")) == 0:
+    print(json.dumps({{"seconds": _seconds, "modules": _names}}))
+"""
+
+_DDP_STEP = """\
+import torch
+from accel_core import Accelerator
+accelerator = Accelerator(cpu=True)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 2))
+optimizer = torch.optim.AdamW(model.parameters())
+data = torch.utils.data.TensorDataset(torch.randn(64, 32), torch.randint(0, 2, (64,)))
+loader = torch.utils.data.DataLoader(data, batch_size=8)
+model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+x, y = next(iter(loader))
+accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
+optimizer.step()
+optimizer.zero_grad()
+assert accelerator.num_processes == 2, accelerator.num_processes
+"""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One thing a script does at start, as code run in a fresh interpreter."""
+
+    name: str
+    code: str
+    processes: int = 1
+
+
+CASES = (
+    Case("import torch (floor)", "import torch"),
+    Case("import accel_ops", "import accel_ops"),
+    Case("from accel_ops import PartialState", "from accel_ops import PartialState"),
+    Case("import accel_core", "import accel_core"),
+    Case("from accel_core import Accelerator", "from accel_core import Accelerator"),
+    Case(
+        "Accelerator(cpu=True)",
+        "from accel_core import Accelerator\nAccelerator(cpu=True)",
+    ),
+    Case("prepare + 1 DDP step, 2 processes", _DDP_STEP, processes=2),
+)
+
+
+@dataclass
+class Measure:
+    """What one run of a case reported (rank 0's, for several processes)."""
+
+    seconds: float
+    modules: list[str]
+    import_seconds: float | None = None
+    ours_import_seconds: float | None = None
+
+
+def _ours(name: str) -> bool:
+    return name.startswith("accel")
+
+
+def _environment(src: Path) -> dict[str, str]:
+    paths = [str(p) for p in sorted((src / "packages").glob("*/src"))]
+    previous = os.environ.get("PYTHONPATH")
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(paths + ([previous] if previous else [])),
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _import_times(stderr: str) -> tuple[float, float]:
+    """(all modules', accel's modules') own import seconds from ``-X importtime`` lines."""
+    total = ours = 0
+    for line in stderr.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        fields = line[len("import time:") :].split("|")
+        if not fields[0].strip().isdigit():
+            continue  # the header line
+        own = int(fields[0])
+        total += own
+        if _ours(fields[2].strip()):
+            ours += own
+    return total / 1e6, ours / 1e6
+
+
+def _rank_environments(case: Case, env: dict[str, str]) -> list[dict[str, str]]:
+    if case.processes == 1:
+        return [env]
+    port = str(_free_port())
+    common = {
+        "WORLD_SIZE": str(case.processes),
+        "LOCAL_WORLD_SIZE": str(case.processes),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": port,
+    }
+    return [
+        {**env, **common, "RANK": str(rank), "LOCAL_RANK": str(rank)}
+        for rank in range(case.processes)
+    ]
+
+
+def _run_together(
+    command: list[str], environments: list[dict[str, str]], scratch: Path
+) -> list[tuple[int, str, str]]:
+    """Start one process per environment, wait for all; (exit code, stdout, stderr) of each.
+
+    Output goes to files, not pipes: a rank blocked on a full pipe nobody reads yet
+    (``-X importtime`` writes a line per module) would hold the other up at its first collective.
+    """
+    started = []
+    for rank, environment in enumerate(environments):
+        out, err = scratch / f"{rank}.out", scratch / f"{rank}.err"
+        with out.open("w") as stdout, err.open("w") as stderr:
+            process = subprocess.Popen(command, env=environment, stdout=stdout, stderr=stderr)
+        started.append((process, out, err))
+    try:
+        for process, _, _ in started:
+            process.wait(timeout=600)
+    finally:
+        for process, _, _ in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return [(p.returncode, out.read_text(), err.read_text()) for p, out, err in started]
+
+
+def run_case(case: Case, env: dict[str, str], importtime: bool) -> Measure:
+    """Run ``case`` once in fresh interpreters; raise with their output if one fails."""
+    command = [sys.executable, *(["-X", "importtime"] if importtime else [])]
+    command += ["-c", _PROBE.format(code=case.code)]
+    with tempfile.TemporaryDirectory() as scratch:
+        results = _run_together(command, _rank_environments(case, env), Path(scratch))
+    for returncode, stdout, stderr in results:
+        if returncode != 0:
+            raise RuntimeError(
+                f"case {case.name!r} exited {returncode}\n{stdout[-2000:]}\n{stderr[-3000:]}"
+            )
+    _, stdout, stderr = results[0]
+    report = json.loads(stdout.strip().splitlines()[-1])
+    measure = Measure(report["seconds"], report["modules"])
+    if importtime:
+        measure.import_seconds, measure.ours_import_seconds = _import_times(stderr)
+    return measure
+
+
+def _row(case: Case, env: dict[str, str], repeats: int) -> tuple[str, list[str]]:
+    plain = [run_case(case, env, importtime=False) for _ in range(repeats)]
+    timed = [run_case(case, env, importtime=True) for _ in range(repeats)]
+    modules = plain[-1].modules
+    cells = [
+        case.name,
+        str(len(modules)),
+        str(sum(1 for name in modules if _ours(name))),
+        f"{statistics.median(m.seconds for m in plain):.3f}",
+        f"{statistics.median(m.import_seconds or 0.0 for m in timed):.3f}",
+        f"{statistics.median(m.ours_import_seconds or 0.0 for m in timed):.3f}",
+    ]
+    return " | ".join(cells), [name for name in modules if _ours(name)]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--src", type=Path, default=HERE.parent, help="checkout to measure")
+    parser.add_argument("--repeats", type=int, default=3, help="runs per case (median)")
+    parser.add_argument(
+        "--list", metavar="CASE", help="print the accel modules of cases whose name contains CASE"
+    )
+    parser.add_argument("cases", nargs="*", help="run only cases whose name contains one of these")
+    args = parser.parse_args()
+    env = _environment(args.src.resolve())
+    cases = [c for c in CASES if not args.cases or any(n in c.name for n in args.cases)]
+    print(f"checkout: {args.src.resolve()}, median of {args.repeats}")
+    print()
+    print("| case | modules | ours | wall s | import s | ours import s |")
+    print("|---|---|---|---|---|---|")
+    listed = {}
+    for case in cases:
+        line, ours = _row(case, env, args.repeats)
+        print(f"| {line} |", flush=True)
+        if args.list and args.list in case.name:
+            listed[case.name] = ours
+    for name, ours in listed.items():
+        print(f"\n{name}: {len(ours)} accel modules\n  " + "\n  ".join(ours))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
