@@ -6,18 +6,23 @@ Each case runs in fresh interpreters (``--repeats`` times, median). Reported per
 - ``modules``: ``len(sys.modules)`` after the case's code ran (the interpreter's own included);
 - ``ours``: how many of them are accel's (names starting with ``accel``);
 - ``wall s``: wall seconds of the case's code inside the process (interpreter start excluded);
-- ``import s``: the sum of every module's own import time under ``-X importtime`` (a separate
-  run, since that flag slows imports down a little), and ``ours import s`` the part of it spent
-  in accel's modules.
+- ``cpu s``: the CPU seconds the process spent on it (``time.process_time``), which another
+  load on the machine disturbs less than the wall time.
+
+``-X importtime`` is not used: it does not see modules imported through ``importlib``
+(``import_module``, as lazy packages' ``__getattr__`` does), so it would credit a lazy package with
+less than it costs.
 
 The last case runs two processes (a 2-process gloo group, set up through torchrun's environment
 variables) that build an ``Accelerator``, ``prepare`` a model, optimizer and data loader (DDP) and
 run one training step; rank 0 reports.
 
-Usage: ``python benchmarks/startup_modules.py [--src CHECKOUT] [--repeats 3] [--list CASE]``.
-``--src`` names the checkout whose ``packages/*/src`` go first on ``PYTHONPATH`` (default: the one
-holding this file), so two checkouts compare with the same interpreter. ``--list`` prints the
-accel modules a case loaded, to see what is there and should not be.
+Usage: ``python benchmarks/startup_modules.py [--src CHECKOUT ...] [--repeats 3] [--list CASE]
+[CASE ...]``. ``--src`` names a checkout whose ``packages/*/src`` go first on ``PYTHONPATH``
+(default: the one holding this file), so checkouts compare with the same interpreter; given
+several times (before, after), their runs alternate, so that a load on the machine that drifts
+favours none. ``--list`` prints the accel modules a case loaded, to see what is there and should
+not be; CASE arguments select cases whose name contains them.
 """
 
 from __future__ import annotations
@@ -39,13 +44,13 @@ HERE = Path(__file__).parent
 # counted, so that json (imported to print it) is not counted.
 _PROBE = """\
 import sys, time
-_start = time.perf_counter()
+_start, _cpu = time.perf_counter(), time.process_time()
 {code}
-_seconds = time.perf_counter() - _start
+_seconds, _cpu = time.perf_counter() - _start, time.process_time() - _cpu
 _names = sorted(sys.modules)
 import json
 if int(__import__("os").environ.get("RANK", "0")) == 0:
-    print(json.dumps({{"seconds": _seconds, "modules": _names}}))
+    print(json.dumps({{"seconds": _seconds, "cpu": _cpu, "modules": _names}}))
 """
 
 _DDP_STEP = """\
@@ -94,9 +99,8 @@ class Measure:
     """What one run of a case reported (rank 0's, for several processes)."""
 
     seconds: float
+    cpu_seconds: float
     modules: list[str]
-    import_seconds: float | None = None
-    ours_import_seconds: float | None = None
 
 
 def _ours(name: str) -> bool:
@@ -117,22 +121,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _import_times(stderr: str) -> tuple[float, float]:
-    """(all modules', accel's modules') own import seconds from ``-X importtime`` lines."""
-    total = ours = 0
-    for line in stderr.splitlines():
-        if not line.startswith("import time:") or "|" not in line:
-            continue
-        fields = line[len("import time:") :].split("|")
-        if not fields[0].strip().isdigit():
-            continue  # the header line
-        own = int(fields[0])
-        total += own
-        if _ours(fields[2].strip()):
-            ours += own
-    return total / 1e6, ours / 1e6
 
 
 def _rank_environments(case: Case, env: dict[str, str]) -> list[dict[str, str]]:
@@ -156,8 +144,8 @@ def _run_together(
 ) -> list[tuple[int, str, str]]:
     """Start one process per environment, wait for all; (exit code, stdout, stderr) of each.
 
-    Output goes to files, not pipes: a rank blocked on a full pipe nobody reads yet
-    (``-X importtime`` writes a line per module) would hold the other up at its first collective.
+    Output goes to files, not pipes: a rank blocked on a full pipe that nobody reads yet would
+    hold the other up at its first collective.
     """
     started = []
     for rank, environment in enumerate(environments):
@@ -176,10 +164,9 @@ def _run_together(
     return [(p.returncode, out.read_text(), err.read_text()) for p, out, err in started]
 
 
-def run_case(case: Case, env: dict[str, str], importtime: bool) -> Measure:
+def run_case(case: Case, env: dict[str, str]) -> Measure:
     """Run ``case`` once in fresh interpreters; raise with their output if one fails."""
-    command = [sys.executable, *(["-X", "importtime"] if importtime else [])]
-    command += ["-c", _PROBE.format(code=case.code)]
+    command = [sys.executable, "-c", _PROBE.format(code=case.code)]
     with tempfile.TemporaryDirectory() as scratch:
         results = _run_together(command, _rank_environments(case, env), Path(scratch))
     for returncode, stdout, stderr in results:
@@ -187,52 +174,54 @@ def run_case(case: Case, env: dict[str, str], importtime: bool) -> Measure:
             raise RuntimeError(
                 f"case {case.name!r} exited {returncode}\n{stdout[-2000:]}\n{stderr[-3000:]}"
             )
-    _, stdout, stderr = results[0]
-    report = json.loads(stdout.strip().splitlines()[-1])
-    measure = Measure(report["seconds"], report["modules"])
-    if importtime:
-        measure.import_seconds, measure.ours_import_seconds = _import_times(stderr)
-    return measure
+    report = json.loads(results[0][1].strip().splitlines()[-1])
+    return Measure(report["seconds"], report["cpu"], report["modules"])
 
 
-def _row(case: Case, env: dict[str, str], repeats: int) -> tuple[str, list[str]]:
-    plain = [run_case(case, env, importtime=False) for _ in range(repeats)]
-    timed = [run_case(case, env, importtime=True) for _ in range(repeats)]
-    modules = plain[-1].modules
-    cells = [
-        case.name,
+def _cells(name: str, runs: list[Measure]) -> list[str]:
+    modules = runs[-1].modules
+    return [
+        name,
         str(len(modules)),
-        str(sum(1 for name in modules if _ours(name))),
-        f"{statistics.median(m.seconds for m in plain):.3f}",
-        f"{statistics.median(m.import_seconds or 0.0 for m in timed):.3f}",
-        f"{statistics.median(m.ours_import_seconds or 0.0 for m in timed):.3f}",
+        str(sum(1 for module in modules if _ours(module))),
+        f"{statistics.median(m.seconds for m in runs):.3f}",
+        f"{statistics.median(m.cpu_seconds for m in runs):.3f}",
     ]
-    return " | ".join(cells), [name for name in modules if _ours(name)]
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--src", type=Path, default=HERE.parent, help="checkout to measure")
+    parser.add_argument(
+        "--src", type=Path, action="append", help="a checkout to measure (repeat to compare)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="runs per case (median)")
     parser.add_argument(
         "--list", metavar="CASE", help="print the accel modules of cases whose name contains CASE"
     )
     parser.add_argument("cases", nargs="*", help="run only cases whose name contains one of these")
     args = parser.parse_args()
-    env = _environment(args.src.resolve())
+    checkouts = [path.resolve() for path in args.src or [HERE.parent]]
+    environments = [_environment(checkout) for checkout in checkouts]
     cases = [c for c in CASES if not args.cases or any(n in c.name for n in args.cases)]
-    print(f"checkout: {args.src.resolve()}, median of {args.repeats}")
-    print()
-    print("| case | modules | ours | wall s | import s | ours import s |")
+    for number, checkout in enumerate(checkouts, 1):
+        print(f"checkout {number}: {checkout}")
+    print(f"median of {args.repeats} runs\n")
+    print("| case | checkout | modules | ours | wall s | cpu s |")
     print("|---|---|---|---|---|---|")
-    listed = {}
+    listed: list[str] = []
     for case in cases:
-        line, ours = _row(case, env, args.repeats)
-        print(f"| {line} |", flush=True)
-        if args.list and args.list in case.name:
-            listed[case.name] = ours
-    for name, ours in listed.items():
-        print(f"\n{name}: {len(ours)} accel modules\n  " + "\n  ".join(ours))
+        runs: list[list[Measure]] = [[] for _ in checkouts]
+        for _ in range(args.repeats):
+            for measures, env in zip(runs, environments, strict=True):
+                measures.append(run_case(case, env))
+        for number, measures in enumerate(runs, 1):
+            name, *numbers = _cells(case.name, measures)
+            print(f"| {name} | {number} | {' | '.join(numbers)} |", flush=True)
+            if args.list and args.list in case.name:
+                ours = [module for module in measures[-1].modules if _ours(module)]
+                listed.append(f"\n{case.name}, checkout {number}: {len(ours)} accel modules")
+                listed.extend(f"  {module}" for module in ours)
+    print("\n".join(listed))
     return 0
 
 
