@@ -13,9 +13,10 @@ Each case runs in fresh interpreters (``--repeats`` times, median). Reported per
 (``import_module``, as lazy packages' ``__getattr__`` does), so it would credit a lazy package with
 less than it costs.
 
-The last case runs two processes (a 2-process gloo group, set up through torchrun's environment
+The DDP case runs two processes (a 2-process gloo group, set up through torchrun's environment
 variables) that build an ``Accelerator``, ``prepare`` a model, optimizer and data loader (DDP) and
-run one training step; rank 0 reports.
+run one training step; rank 0 reports. The ``torch imported:`` cases import torch before the
+clock starts, so that their time is accel's own part, without torch's import and its variation.
 
 Usage: ``python benchmarks/startup_modules.py [--src CHECKOUT ...] [--repeats 3] [--list CASE]
 [CASE ...]``. ``--src`` names a checkout whose ``packages/*/src`` go first on ``PYTHONPATH``
@@ -44,6 +45,7 @@ HERE = Path(__file__).parent
 # counted, so that json (imported to print it) is not counted.
 _PROBE = """\
 import sys, time
+{setup}
 _start, _cpu = time.perf_counter(), time.process_time()
 {code}
 _seconds, _cpu = time.perf_counter() - _start, time.process_time() - _cpu
@@ -78,6 +80,7 @@ class Case:
     name: str
     code: str
     processes: int = 1
+    setup: str = ""  # run before the clock starts (its modules are counted)
 
 
 CASES = (
@@ -91,6 +94,17 @@ CASES = (
         "from accel_core import Accelerator\nAccelerator(cpu=True)",
     ),
     Case("prepare + 1 DDP step, 2 processes", _DDP_STEP, processes=2),
+    # accel's own part: torch is imported before the clock starts
+    Case(
+        "torch imported: from accel_ops import PartialState",
+        "from accel_ops import PartialState",
+        setup="import torch",
+    ),
+    Case(
+        "torch imported: Accelerator(cpu=True)",
+        "from accel_core import Accelerator\nAccelerator(cpu=True)",
+        setup="import torch",
+    ),
 )
 
 
@@ -166,7 +180,7 @@ def _run_together(
 
 def run_case(case: Case, env: dict[str, str]) -> Measure:
     """Run ``case`` once in fresh interpreters; raise with their output if one fails."""
-    command = [sys.executable, "-c", _PROBE.format(code=case.code)]
+    command = [sys.executable, "-c", _PROBE.format(setup=case.setup, code=case.code)]
     with tempfile.TemporaryDirectory() as scratch:
         results = _run_together(command, _rank_environments(case, env), Path(scratch))
     for returncode, stdout, stderr in results:
