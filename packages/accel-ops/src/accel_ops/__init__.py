@@ -604,4 +604,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
+    """The public names, resolved or not, and what the package already holds."""
     return sorted(set(globals()) | set(__all__))
