@@ -41,6 +41,25 @@ class ModelHook:
         """Called when the hook is removed; returns the module."""
         return module
 
+    def offloads_weights(self) -> bool:
+        """Whether this hook keeps its module's weights offloaded between forward passes: it is,
+        or (a ``SequentialHook``) holds, an ``AlignDevicesHook`` with ``offload=True``.
+
+        With :meth:`offloaded_model_state_dict`, what accel-core's ``save_model`` asks of a
+        module's hook (``accel_core.offloaded_weights.OffloadingHook``), so that it saves such a
+        model's full weights without importing accel-bigmodel.
+        """
+        from accel_bigmodel.tensors import offloading_hook_among
+
+        return offloading_hook_among(self) is not None
+
+    def offloaded_model_state_dict(self, model: nn.Module) -> dict[str, torch.Tensor]:
+        """The full state dict of ``model``, a model holding this hook's module, offloaded weights
+        included (:func:`~accel_bigmodel.get_state_dict_offloaded_model`)."""
+        from accel_bigmodel.offloaded_state import get_state_dict_offloaded_model
+
+        return get_state_dict_offloaded_model(model)
+
 
 class SequentialHook(ModelHook):
     """Several hooks run as one: pre_forward in order, post_forward in order too."""

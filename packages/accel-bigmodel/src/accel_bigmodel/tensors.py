@@ -91,10 +91,16 @@ def set_module_tensor_to_device(
 def _offloading_hook(module: nn.Module) -> AlignDevicesHook | None:
     """The hook keeping ``module``'s weights offloaded, also when it is one of a
     ``SequentialHook`` (as on a ``cpu_offload``-ed model's root); None if there is none."""
+    return offloading_hook_among(getattr(module, "_hf_hook", None))
+
+
+def offloading_hook_among(hook: object) -> AlignDevicesHook | None:
+    """The first offloading ``AlignDevicesHook`` that ``hook`` is or holds (a ``SequentialHook``'s
+    hooks, nested ones included, in order); None if there is none."""
     from accel_bigmodel.align_hooks import AlignDevicesHook
     from accel_bigmodel.hooks import SequentialHook
 
-    hooks = [getattr(module, "_hf_hook", None)]
+    hooks = [hook]
     while hooks:
         hook = hooks.pop(0)
         if isinstance(hook, SequentialHook):

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from accel_core import auto_resume, engine_options, metrics, preemption, profiling, settings
+from accel_core import auto_resume, engine_options, preemption, settings
 from accel_core.accumulation import Accumulation
 from accel_core.checkpointing.checkpointer import Checkpointer
 from accel_core.checkpointing.mixin import CheckpointingMixin
@@ -262,6 +262,8 @@ class Accelerator(
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather evaluation results from every process, dropping the samples the sharded loader
         duplicated to even out its last batch. Non-tensor data goes through ``gather_object``."""
+        from accel_core import metrics
+
         return metrics.gather_for_metrics(self, input_data, use_gather_object)
 
     def reduce(self, tensor: Any, reduction: str = "sum", scale: float = 1.0) -> Any:
@@ -373,6 +375,8 @@ class Accelerator(
     @contextlib.contextmanager
     def profile(self, profile_handler: ProfileKwargs | None = None) -> Iterator[Any]:
         """Profile the block with torch.profiler (``ProfileKwargs`` configures it)."""
+        from accel_core import profiling
+
         handler = profile_handler or self.handlers.get(ProfileKwargs)
         with profiling.profile(handler, self.process_index) as profiler:  # type: ignore[arg-type]
             yield profiler

@@ -18,6 +18,8 @@ _POWER_SGD = (DDPCommunicationHookType.POWER_SGD, DDPCommunicationHookType.BATCH
 
 
 def _hook_for(kind: DDPCommunicationHookType) -> Callable[..., Any] | None:
+    if kind == DDPCommunicationHookType.NO:
+        return None  # torch's hook modules are imported only for a hook
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     return {

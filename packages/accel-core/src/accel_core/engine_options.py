@@ -76,7 +76,7 @@ def strategy_plugins(given: Mapping[str, object]) -> dict[str, object]:
             f"{_article(first)} {first} plugin and {_article(second)} {second} plugin were both "
             "given; each chooses a strategy, pass one of them."
         )
-    installed = available_strategies()
+    installed = available_strategies() if engines else []  # entry points: read only when needed
     for name, engine in engines.items():
         if name not in installed:
             provider = engine.install.split("[")[0]

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from accel_core.offloaded_weights import offloaded_state_dict
 from accel_core.serialization import clean_state_dict_for_safetensors
 from accel_core.shard_planning import (
     PICKLE,
@@ -96,7 +97,7 @@ def save_model(
     limit = parse_size(max_shard_size)
     weights_format = SAFETENSORS if safe_serialization else PICKLE
     unwrapped = accelerator.unwrap_model(model)
-    state_dict = _offloaded_state_dict(unwrapped)
+    state_dict = offloaded_state_dict(unwrapped)
     if state_dict is None:
         _refuse_meta(_named_tensors(unwrapped))
         state_dict = accelerator.get_state_dict(model)
@@ -159,22 +160,6 @@ def write_checkpoint(
     else:
         logger.info("Model weights saved in %s", directory / next(iter(plan.files)))
     return plan
-
-
-def _offloaded_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor] | None:
-    """The full weights of a model whose blocks accel-bigmodel offloaded to the CPU or disk (its
-    hooks bring each block in, in turn, as Accelerate's ``get_state_dict_offloaded_model``);
-    None for any other model. A model carries such hooks (``_hf_hook``) only when accel-bigmodel
-    dispatched it, so accel-bigmodel is imported only then."""
-    if not any(getattr(module, "_hf_hook", None) is not None for module in model.modules()):
-        return None
-    try:
-        from accel_bigmodel import get_state_dict_offloaded_model, has_offloaded_params
-    except ImportError:  # hooks of another library: saved as they are, meta check included
-        return None
-    if not any(has_offloaded_params(module) for module in model.modules()):
-        return None
-    return get_state_dict_offloaded_model(model)
 
 
 def _named_tensors(model: torch.nn.Module) -> Iterable[tuple[str, torch.Tensor]]:

@@ -29,8 +29,10 @@ def is_compiled_module(module: object) -> bool:
 
 def _is_wrapper(model: object) -> bool:
     parallel = (torch.nn.parallel.DistributedDataParallel, torch.nn.DataParallel)
+    # ``module`` first: a model without one wraps nothing, and the engines' descriptions (their
+    # entry points, each engine's module) are read only for a model that has one.
     return isinstance(model, parallel) or (
-        type(model).__name__ in _engine_wrappers() and hasattr(model, "module")
+        hasattr(model, "module") and type(model).__name__ in _engine_wrappers()
     )
 
 

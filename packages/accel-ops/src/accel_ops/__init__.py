@@ -7,246 +7,390 @@ helpers that walk those structures (``recursively_apply``, ``send_to_device``, .
 enums, constants and environment helpers that ``accel.utils`` re-exports.
 """
 
-from accel_ops.accelerate_spellings import (
-    read_accel_variable,
-)
-from accel_ops.accelerators import (
-    USE_TORCH_XLA,
-    is_bf16_available,
-    is_cuda_available,
-    is_fp16_available,
-    is_habana_gaudi1,
-    is_hpu_available,
-    is_mlu_available,
-    is_mps_available,
-    is_musa_available,
-    is_neuron_available,
-    is_npu_available,
-    is_pippy_available,
-    is_rocm_available,
-    is_sdaa_available,
-    is_torch_distributed_available,
-    is_torch_xla_available,
-    is_weights_only_available,
-    is_xccl_available,
-    is_xpu_available,
-)
-from accel_ops.availability import (
-    is_4bit_bnb_available,
-    is_8bit_bnb_available,
-    is_aim_available,
-    is_amdsmi_available,
-    is_bitsandbytes_multi_backend_available,
-    is_bnb_available,
-    is_boto3_available,
-    is_clearml_available,
-    is_comet_ml_available,
-    is_datasets_available,
-    is_deepspeed_available,
-    is_dvclive_available,
-    is_fp8_available,
-    is_import_timer_available,
-    is_lomo_available,
-    is_matplotlib_available,
-    is_megatron_lm_available,
-    is_mlflow_available,
-    is_msamp_available,
-    is_numpy_available,
-    is_pandas_available,
-    is_peft_available,
-    is_pynvml_available,
-    is_pytest_available,
-    is_rich_available,
-    is_sagemaker_available,
-    is_schedulefree_available,
-    is_swanlab_available,
-    is_tensorboard_available,
-    is_timm_available,
-    is_torchao_available,
-    is_torchdata_available,
-    is_torchdata_stateful_dataloader_available,
-    is_torchvision_available,
-    is_tqdm_available,
-    is_trackio_available,
-    is_transformer_engine_available,
-    is_transformer_engine_mxfp8_available,
-    is_transformers_available,
-    is_triton_available,
-    is_wandb_available,
-)
-from accel_ops.batches import (
-    concatenate,
-    drop_duplicated_tail,
-    find_batch_size,
-    ignorant_find_batch_size,
-    slice_tensors,
-)
-from accel_ops.collectives import (
-    broadcast,
-    broadcast_object_list,
-    copy_tensor_to_devices,
-    gather,
-    gather_object,
-    reduce,
-    wait_for_everyone,
-)
-from accel_ops.constants import (
-    BETA_CP_AVAILABLE_PYTORCH_VERSION,
-    BETA_SP_AVAILABLE_DEEPSPEED_VERSION,
-    BETA_TP_AVAILABLE_PYTORCH_VERSION,
-    BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
-    CUDA_DISTRIBUTED_TYPES,
-    DEEPSPEED_MULTINODE_LAUNCHERS,
-    DTENSOR_PYTORCH_VERSION,
-    ELASTIC_LOG_LINE_PREFIX_TEMPLATE_PYTORCH_VERSION,
-    FSDP2_PYTORCH_VERSION,
-    FSDP2_STATE_DICT_TYPE,
-    FSDP_AUTO_WRAP_POLICY,
-    FSDP_BACKWARD_PREFETCH,
-    FSDP_MODEL_NAME,
-    FSDP_PYTORCH_VERSION,
-    FSDP_SHARDING_STRATEGY,
-    FSDP_STATE_DICT_TYPE,
-    MITA_PROFILING_AVAILABLE_PYTORCH_VERSION,
-    MODEL_NAME,
-    OPTIMIZER_NAME,
-    PROFILE_PATTERN_NAME,
-    RNG_STATE_NAME,
-    SAFE_MODEL_NAME,
-    SAFE_WEIGHTS_INDEX_NAME,
-    SAFE_WEIGHTS_NAME,
-    SAFE_WEIGHTS_PATTERN_NAME,
-    SAGEMAKER_PARALLEL_EC2_INSTANCES,
-    SAGEMAKER_PYTHON_VERSION,
-    SAGEMAKER_PYTORCH_VERSION,
-    SAGEMAKER_TRANSFORMERS_VERSION,
-    SAMPLER_NAME,
-    SCALER_NAME,
-    SCHEDULER_NAME,
-    SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING,
-    TORCH_DISTRIBUTED_OPERATION_TYPES,
-    TORCH_DYNAMO_MODES,
-    TORCH_LAUNCH_PARAMS,
-    WEIGHTS_INDEX_NAME,
-    WEIGHTS_NAME,
-    WEIGHTS_PATTERN_NAME,
-    XPU_PROFILING_AVAILABLE_PYTORCH_VERSION,
-)
-from accel_ops.cpu_affinity import (
-    override_numa_affinity,
-    set_numa_affinity,
-)
-from accel_ops.devices import (
-    clear_device_cache,
-    find_device,
-    send_to_device,
-)
-from accel_ops.enums import (
-    ComputeEnvironment,
-    DistributedType,
-    DynamoBackend,
-    PrecisionType,
-    RNGType,
-)
-from accel_ops.environment import (
-    clear_environment,
-    convert_dict_to_env_variables,
-    get_int_from_env,
-    parse_choice_from_env,
-    parse_flag_from_env,
-    patch_environment,
-    purge_accelerate_environment,
-    str_to_bool,
-)
-from accel_ops.errors import (
-    CollectiveTimeoutError,
-    DistributedOperationException,
-)
-from accel_ops.formatting import (
-    convert_bytes,
-    get_pretty_name,
-    merge_dicts,
-    recursive_getattr,
-)
-from accel_ops.launch_environment import (
-    LaunchEnvironment,
-    LaunchEnvironmentError,
-)
-from accel_ops.machine import (
-    MIN_KERNEL_VERSION,
-    CPUInformation,
-    are_libraries_initialized,
-    check_cuda_fp8_capability,
-    check_cuda_p2p_ib_support,
-    check_os_kernel,
-    get_cpu_distributed_information,
-    get_current_device_type,
-    get_driver_version,
-    get_gpu_info,
-)
-from accel_ops.operation_checks import (
-    chained_operation,
-    verify_operation,
-)
-from accel_ops.out_of_scope import OutOfScopeError, out_of_scope
-from accel_ops.padding import (
-    CannotPadNestedTensorWarning,
-    pad_across_processes,
-    pad_input_tensors,
-)
-from accel_ops.ports import (
-    get_free_port,
-    is_port_in_use,
-)
-from accel_ops.precision import (
-    ConvertOutputsToFp32,
-    convert_outputs_to_fp32,
-    convert_to_fp32,
-)
-from accel_ops.progress import (
-    tqdm,
-)
-from accel_ops.requirements import (
-    deepspeed_required,
-    torchao_required,
-)
-from accel_ops.shape_exchange import (
-    TENSOR_INT_TO_DTYPE,
-    TENSOR_TYPE_TO_INT,
-    gather_tensor_shape,
-)
-from accel_ops.shared_state import (
-    SharedDict,
-    ThreadLocalSharedDict,
-)
-from accel_ops.state import (
-    PartialState,
-    do_nothing,
-    is_initialized,
-)
-from accel_ops.tree import (
-    TensorInformation,
-    get_data_structure,
-    get_shape,
-    honor_type,
-    initialize_tensors,
-    is_namedtuple,
-    is_tensor_information,
-    is_torch_tensor,
-    is_torch_xpu_tensor,
-    listify,
-    recursively_apply,
-)
-from accel_ops.versions import (
-    STR_OPERATION_TO_FUNC,
-    compare_versions,
-    is_torch_version,
-)
-from accel_ops.zero3 import (
-    GatheredParameters,
-)
+from __future__ import annotations
 
-__version__ = "0.2.3"
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Eager, unlike every other name: ``out_of_scope`` is also the name of its submodule, and importing
+# ``accel_ops.out_of_scope`` (as accel-core and accel-bigmodel do) binds the submodule to the
+# package attribute of that name. Bound here first, the function keeps the attribute, as it did
+# before this package was lazy. The module holds one class and one function and imports nothing.
+from accel_ops.out_of_scope import OutOfScopeError, out_of_scope
+
+if TYPE_CHECKING:  # what type checkers and IDEs read; at run time, ``__getattr__`` below
+    from accel_ops.accelerate_spellings import read_accel_variable
+    from accel_ops.accelerators import (
+        USE_TORCH_XLA,
+        is_bf16_available,
+        is_cuda_available,
+        is_fp16_available,
+        is_habana_gaudi1,
+        is_hpu_available,
+        is_mlu_available,
+        is_mps_available,
+        is_musa_available,
+        is_neuron_available,
+        is_npu_available,
+        is_pippy_available,
+        is_rocm_available,
+        is_sdaa_available,
+        is_torch_distributed_available,
+        is_torch_xla_available,
+        is_weights_only_available,
+        is_xccl_available,
+        is_xpu_available,
+    )
+    from accel_ops.availability import (
+        is_4bit_bnb_available,
+        is_8bit_bnb_available,
+        is_aim_available,
+        is_amdsmi_available,
+        is_bitsandbytes_multi_backend_available,
+        is_bnb_available,
+        is_boto3_available,
+        is_clearml_available,
+        is_comet_ml_available,
+        is_datasets_available,
+        is_deepspeed_available,
+        is_dvclive_available,
+        is_fp8_available,
+        is_import_timer_available,
+        is_lomo_available,
+        is_matplotlib_available,
+        is_megatron_lm_available,
+        is_mlflow_available,
+        is_msamp_available,
+        is_numpy_available,
+        is_pandas_available,
+        is_peft_available,
+        is_pynvml_available,
+        is_pytest_available,
+        is_rich_available,
+        is_sagemaker_available,
+        is_schedulefree_available,
+        is_swanlab_available,
+        is_tensorboard_available,
+        is_timm_available,
+        is_torchao_available,
+        is_torchdata_available,
+        is_torchdata_stateful_dataloader_available,
+        is_torchvision_available,
+        is_tqdm_available,
+        is_trackio_available,
+        is_transformer_engine_available,
+        is_transformer_engine_mxfp8_available,
+        is_transformers_available,
+        is_triton_available,
+        is_wandb_available,
+    )
+    from accel_ops.batches import (
+        concatenate,
+        drop_duplicated_tail,
+        find_batch_size,
+        ignorant_find_batch_size,
+        slice_tensors,
+    )
+    from accel_ops.collectives import (
+        broadcast,
+        broadcast_object_list,
+        copy_tensor_to_devices,
+        gather,
+        gather_object,
+        reduce,
+        wait_for_everyone,
+    )
+    from accel_ops.constants import (
+        BETA_CP_AVAILABLE_PYTORCH_VERSION,
+        BETA_SP_AVAILABLE_DEEPSPEED_VERSION,
+        BETA_TP_AVAILABLE_PYTORCH_VERSION,
+        BETA_TP_AVAILABLE_TRANSFORMERS_VERSION,
+        CUDA_DISTRIBUTED_TYPES,
+        DEEPSPEED_MULTINODE_LAUNCHERS,
+        DTENSOR_PYTORCH_VERSION,
+        ELASTIC_LOG_LINE_PREFIX_TEMPLATE_PYTORCH_VERSION,
+        FSDP2_PYTORCH_VERSION,
+        FSDP2_STATE_DICT_TYPE,
+        FSDP_AUTO_WRAP_POLICY,
+        FSDP_BACKWARD_PREFETCH,
+        FSDP_MODEL_NAME,
+        FSDP_PYTORCH_VERSION,
+        FSDP_SHARDING_STRATEGY,
+        FSDP_STATE_DICT_TYPE,
+        MITA_PROFILING_AVAILABLE_PYTORCH_VERSION,
+        MODEL_NAME,
+        OPTIMIZER_NAME,
+        PROFILE_PATTERN_NAME,
+        RNG_STATE_NAME,
+        SAFE_MODEL_NAME,
+        SAFE_WEIGHTS_INDEX_NAME,
+        SAFE_WEIGHTS_NAME,
+        SAFE_WEIGHTS_PATTERN_NAME,
+        SAGEMAKER_PARALLEL_EC2_INSTANCES,
+        SAGEMAKER_PYTHON_VERSION,
+        SAGEMAKER_PYTORCH_VERSION,
+        SAGEMAKER_TRANSFORMERS_VERSION,
+        SAMPLER_NAME,
+        SCALER_NAME,
+        SCHEDULER_NAME,
+        SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING,
+        TORCH_DISTRIBUTED_OPERATION_TYPES,
+        TORCH_DYNAMO_MODES,
+        TORCH_LAUNCH_PARAMS,
+        WEIGHTS_INDEX_NAME,
+        WEIGHTS_NAME,
+        WEIGHTS_PATTERN_NAME,
+        XPU_PROFILING_AVAILABLE_PYTORCH_VERSION,
+    )
+    from accel_ops.cpu_affinity import override_numa_affinity, set_numa_affinity
+    from accel_ops.devices import clear_device_cache, find_device, send_to_device
+    from accel_ops.enums import (
+        ComputeEnvironment,
+        DistributedType,
+        DynamoBackend,
+        PrecisionType,
+        RNGType,
+    )
+    from accel_ops.environment import (
+        clear_environment,
+        convert_dict_to_env_variables,
+        get_int_from_env,
+        parse_choice_from_env,
+        parse_flag_from_env,
+        patch_environment,
+        purge_accelerate_environment,
+        str_to_bool,
+    )
+    from accel_ops.errors import CollectiveTimeoutError, DistributedOperationException
+    from accel_ops.formatting import convert_bytes, get_pretty_name, merge_dicts, recursive_getattr
+    from accel_ops.launch_environment import LaunchEnvironment, LaunchEnvironmentError
+    from accel_ops.machine import (
+        MIN_KERNEL_VERSION,
+        CPUInformation,
+        are_libraries_initialized,
+        check_cuda_fp8_capability,
+        check_cuda_p2p_ib_support,
+        check_os_kernel,
+        get_cpu_distributed_information,
+        get_current_device_type,
+        get_driver_version,
+        get_gpu_info,
+    )
+    from accel_ops.operation_checks import chained_operation, verify_operation
+    from accel_ops.padding import (
+        CannotPadNestedTensorWarning,
+        pad_across_processes,
+        pad_input_tensors,
+    )
+    from accel_ops.ports import get_free_port, is_port_in_use
+    from accel_ops.precision import ConvertOutputsToFp32, convert_outputs_to_fp32, convert_to_fp32
+    from accel_ops.progress import tqdm
+    from accel_ops.requirements import deepspeed_required, torchao_required
+    from accel_ops.shape_exchange import (
+        TENSOR_INT_TO_DTYPE,
+        TENSOR_TYPE_TO_INT,
+        gather_tensor_shape,
+    )
+    from accel_ops.shared_state import SharedDict, ThreadLocalSharedDict
+    from accel_ops.state import PartialState, do_nothing, is_initialized
+    from accel_ops.tree import (
+        TensorInformation,
+        get_data_structure,
+        get_shape,
+        honor_type,
+        initialize_tensors,
+        is_namedtuple,
+        is_tensor_information,
+        is_torch_tensor,
+        is_torch_xpu_tensor,
+        listify,
+        recursively_apply,
+    )
+    from accel_ops.versions import STR_OPERATION_TO_FUNC, compare_versions, is_torch_version
+    from accel_ops.zero3 import GatheredParameters
+
+__version__ = "0.2.4"
+
+# submodule of accel_ops -> the public names it defines; each is imported on first use
+_MODULES: dict[str, tuple[str, ...]] = {
+    "accelerate_spellings": ("read_accel_variable",),
+    "accelerators": (
+        "USE_TORCH_XLA",
+        "is_bf16_available",
+        "is_cuda_available",
+        "is_fp16_available",
+        "is_habana_gaudi1",
+        "is_hpu_available",
+        "is_mlu_available",
+        "is_mps_available",
+        "is_musa_available",
+        "is_neuron_available",
+        "is_npu_available",
+        "is_pippy_available",
+        "is_rocm_available",
+        "is_sdaa_available",
+        "is_torch_distributed_available",
+        "is_torch_xla_available",
+        "is_weights_only_available",
+        "is_xccl_available",
+        "is_xpu_available",
+    ),
+    "availability": (
+        "is_4bit_bnb_available",
+        "is_8bit_bnb_available",
+        "is_aim_available",
+        "is_amdsmi_available",
+        "is_bitsandbytes_multi_backend_available",
+        "is_bnb_available",
+        "is_boto3_available",
+        "is_clearml_available",
+        "is_comet_ml_available",
+        "is_datasets_available",
+        "is_deepspeed_available",
+        "is_dvclive_available",
+        "is_fp8_available",
+        "is_import_timer_available",
+        "is_lomo_available",
+        "is_matplotlib_available",
+        "is_megatron_lm_available",
+        "is_mlflow_available",
+        "is_msamp_available",
+        "is_numpy_available",
+        "is_pandas_available",
+        "is_peft_available",
+        "is_pynvml_available",
+        "is_pytest_available",
+        "is_rich_available",
+        "is_sagemaker_available",
+        "is_schedulefree_available",
+        "is_swanlab_available",
+        "is_tensorboard_available",
+        "is_timm_available",
+        "is_torchao_available",
+        "is_torchdata_available",
+        "is_torchdata_stateful_dataloader_available",
+        "is_torchvision_available",
+        "is_tqdm_available",
+        "is_trackio_available",
+        "is_transformer_engine_available",
+        "is_transformer_engine_mxfp8_available",
+        "is_transformers_available",
+        "is_triton_available",
+        "is_wandb_available",
+    ),
+    "batches": (
+        "concatenate",
+        "drop_duplicated_tail",
+        "find_batch_size",
+        "ignorant_find_batch_size",
+        "slice_tensors",
+    ),
+    "collectives": (
+        "broadcast",
+        "broadcast_object_list",
+        "copy_tensor_to_devices",
+        "gather",
+        "gather_object",
+        "reduce",
+        "wait_for_everyone",
+    ),
+    "constants": (
+        "BETA_CP_AVAILABLE_PYTORCH_VERSION",
+        "BETA_SP_AVAILABLE_DEEPSPEED_VERSION",
+        "BETA_TP_AVAILABLE_PYTORCH_VERSION",
+        "BETA_TP_AVAILABLE_TRANSFORMERS_VERSION",
+        "CUDA_DISTRIBUTED_TYPES",
+        "DEEPSPEED_MULTINODE_LAUNCHERS",
+        "DTENSOR_PYTORCH_VERSION",
+        "ELASTIC_LOG_LINE_PREFIX_TEMPLATE_PYTORCH_VERSION",
+        "FSDP2_PYTORCH_VERSION",
+        "FSDP2_STATE_DICT_TYPE",
+        "FSDP_AUTO_WRAP_POLICY",
+        "FSDP_BACKWARD_PREFETCH",
+        "FSDP_MODEL_NAME",
+        "FSDP_PYTORCH_VERSION",
+        "FSDP_SHARDING_STRATEGY",
+        "FSDP_STATE_DICT_TYPE",
+        "MITA_PROFILING_AVAILABLE_PYTORCH_VERSION",
+        "MODEL_NAME",
+        "OPTIMIZER_NAME",
+        "PROFILE_PATTERN_NAME",
+        "RNG_STATE_NAME",
+        "SAFE_MODEL_NAME",
+        "SAFE_WEIGHTS_INDEX_NAME",
+        "SAFE_WEIGHTS_NAME",
+        "SAFE_WEIGHTS_PATTERN_NAME",
+        "SAGEMAKER_PARALLEL_EC2_INSTANCES",
+        "SAGEMAKER_PYTHON_VERSION",
+        "SAGEMAKER_PYTORCH_VERSION",
+        "SAGEMAKER_TRANSFORMERS_VERSION",
+        "SAMPLER_NAME",
+        "SCALER_NAME",
+        "SCHEDULER_NAME",
+        "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING",
+        "TORCH_DISTRIBUTED_OPERATION_TYPES",
+        "TORCH_DYNAMO_MODES",
+        "TORCH_LAUNCH_PARAMS",
+        "WEIGHTS_INDEX_NAME",
+        "WEIGHTS_NAME",
+        "WEIGHTS_PATTERN_NAME",
+        "XPU_PROFILING_AVAILABLE_PYTORCH_VERSION",
+    ),
+    "cpu_affinity": ("override_numa_affinity", "set_numa_affinity"),
+    "devices": ("clear_device_cache", "find_device", "send_to_device"),
+    "enums": ("ComputeEnvironment", "DistributedType", "DynamoBackend", "PrecisionType", "RNGType"),
+    "environment": (
+        "clear_environment",
+        "convert_dict_to_env_variables",
+        "get_int_from_env",
+        "parse_choice_from_env",
+        "parse_flag_from_env",
+        "patch_environment",
+        "purge_accelerate_environment",
+        "str_to_bool",
+    ),
+    "errors": ("CollectiveTimeoutError", "DistributedOperationException"),
+    "formatting": ("convert_bytes", "get_pretty_name", "merge_dicts", "recursive_getattr"),
+    "launch_environment": ("LaunchEnvironment", "LaunchEnvironmentError"),
+    "machine": (
+        "MIN_KERNEL_VERSION",
+        "CPUInformation",
+        "are_libraries_initialized",
+        "check_cuda_fp8_capability",
+        "check_cuda_p2p_ib_support",
+        "check_os_kernel",
+        "get_cpu_distributed_information",
+        "get_current_device_type",
+        "get_driver_version",
+        "get_gpu_info",
+    ),
+    "operation_checks": ("chained_operation", "verify_operation"),
+    "padding": ("CannotPadNestedTensorWarning", "pad_across_processes", "pad_input_tensors"),
+    "ports": ("get_free_port", "is_port_in_use"),
+    "precision": ("ConvertOutputsToFp32", "convert_outputs_to_fp32", "convert_to_fp32"),
+    "progress": ("tqdm",),
+    "requirements": ("deepspeed_required", "torchao_required"),
+    "shape_exchange": ("TENSOR_INT_TO_DTYPE", "TENSOR_TYPE_TO_INT", "gather_tensor_shape"),
+    "shared_state": ("SharedDict", "ThreadLocalSharedDict"),
+    "state": ("PartialState", "do_nothing", "is_initialized"),
+    "tree": (
+        "TensorInformation",
+        "get_data_structure",
+        "get_shape",
+        "honor_type",
+        "initialize_tensors",
+        "is_namedtuple",
+        "is_tensor_information",
+        "is_torch_tensor",
+        "is_torch_xpu_tensor",
+        "listify",
+        "recursively_apply",
+    ),
+    "versions": ("STR_OPERATION_TO_FUNC", "compare_versions", "is_torch_version"),
+    "zero3": ("GatheredParameters",),
+}
+
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = [
     "BETA_CP_AVAILABLE_PYTORCH_VERSION",
@@ -437,3 +581,28 @@ __all__ = [
     "verify_operation",
     "wait_for_everyone",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the public name ``name`` from the submodule that defines it, and keep it here.
+
+    Other names are looked up as submodules (``accel_ops.state``), which an eager package made
+    attributes as a side effect of importing them.
+    """
+    module = _EXPORTS.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"accel_ops.{module}"), name)
+        globals()[name] = value
+        return value
+    if not name.startswith("__"):
+        try:
+            return importlib.import_module(f"accel_ops.{name}")
+        except ModuleNotFoundError as error:
+            if error.name != f"accel_ops.{name}":
+                raise  # the submodule exists; something it imports does not
+    raise AttributeError(f"module 'accel_ops' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public names, resolved or not, and what the package already holds."""
+    return sorted(set(globals()) | set(__all__))

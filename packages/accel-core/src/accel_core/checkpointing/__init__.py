@@ -17,10 +17,39 @@
   loads into another strategy (engines add readers through their descriptions).
 - :mod:`~accel_core.checkpointing.global_batch`: ``keep_global_batch``, the same run on another
   number of processes.
+
+Names are imported from their modules on first use: an ``Accelerator`` that never saves or loads
+never imports the writer, the reader or the manifest.
 """
 
-from accel_core.checkpointing.errors import CheckpointError
-from accel_core.checkpointing.folder_io import CheckpointReader, CheckpointWriter
-from accel_core.checkpointing.manifest import FileRecord, Manifest
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from accel_core.checkpointing.errors import CheckpointError
+    from accel_core.checkpointing.folder_io import CheckpointReader, CheckpointWriter
+    from accel_core.checkpointing.manifest import FileRecord, Manifest
+
+_EXPORTS = {
+    "CheckpointError": "errors",
+    "CheckpointReader": "folder_io",
+    "CheckpointWriter": "folder_io",
+    "FileRecord": "manifest",
+    "Manifest": "manifest",
+}
 
 __all__ = ["CheckpointError", "CheckpointReader", "CheckpointWriter", "FileRecord", "Manifest"]
+
+
+def __getattr__(name: str) -> object:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'accel_core.checkpointing' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"accel_core.checkpointing.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

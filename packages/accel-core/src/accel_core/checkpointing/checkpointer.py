@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, Any, cast
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from accel_core.checkpointing import folders, names, object_storage, remote_checkpoints
-from accel_core.checkpointing.background import BackgroundSaver
+# What saving and loading need (object storage, the snapshot, the background saver, the reader)
+# is imported by the methods that save or load: building a Checkpointer imports none of it.
+from accel_core.checkpointing import folders, names
 from accel_core.checkpointing.errors import CheckpointError
-from accel_core.checkpointing.object_storage import RemoteFolder
 
 if TYPE_CHECKING:
     from accel_core.accumulation import Accumulation
+    from accel_core.checkpointing.background import BackgroundSaver
+    from accel_core.checkpointing.object_storage import RemoteFolder
     from accel_core.checkpointing.snapshot import Snapshot
     from accel_core.configuration import ProjectConfiguration
     from accel_core.prepared_objects import PreparedObjects, Stateful
@@ -33,12 +35,13 @@ if TYPE_CHECKING:
     from accel_core.strategies import Strategy
     from accel_core.tracking.experiment import ExperimentTracking
 
+    #: Where a checkpoint is: a local folder, or a folder at a URL.
+    Location = Path | RemoteFolder
+
 logger = logging.getLogger(__name__)
 
 SaveHook = Callable[[list[torch.nn.Module], list[dict[str, Any]], str], None]
 LoadHook = Callable[[list[torch.nn.Module], str], None]
-#: Where a checkpoint is: a local folder, or a folder at a URL.
-Location = Path | RemoteFolder
 
 
 class Checkpointer:
@@ -75,9 +78,18 @@ class Checkpointer:
         self.tracking = tracking
         self.save_pre_hooks: OrderedDict[int, SaveHook] = OrderedDict()
         self.load_pre_hooks: OrderedDict[int, LoadHook] = OrderedDict()
-        self.background_saver = BackgroundSaver()
+        self._background_saver: BackgroundSaver | None = None
         #: whether ``load_state`` ran (auto-resume leaves a script that loads by itself alone)
         self.loaded_any = False
+
+    @property
+    def background_saver(self) -> BackgroundSaver:
+        """The saver of ``save_state(async_save=True)``, made on first use."""
+        if self._background_saver is None:
+            from accel_core.checkpointing.background import BackgroundSaver
+
+            self._background_saver = BackgroundSaver()
+        return self._background_saver
 
     @property
     def save_iteration(self) -> int:
@@ -118,11 +130,13 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Block until an asynchronous save finished; raise the error if it failed."""
-        self.background_saver.wait()
+        if self._background_saver is not None:
+            self._background_saver.wait()
 
     def release(self) -> None:
         """Wait for an asynchronous save, then drop the CPU copies kept for the next one."""
-        self.background_saver.release()
+        if self._background_saver is not None:
+            self._background_saver.release()
 
     # -- save ----------------------------------------------------------------------------------
 
@@ -135,7 +149,8 @@ class Checkpointer:
     ) -> str:
         """Save everything into ``output_dir`` (or the next automatic folder); returns the
         folder. See :meth:`accel_core.Accelerator.save_state`."""
-        from accel_core.checkpointing import commit, snapshot
+        from accel_core.checkpointing import commit, remote_checkpoints, snapshot
+        from accel_core.checkpointing.object_storage import RemoteFolder
 
         self.background_saver.wait()
         if save_model_func_kwargs:
@@ -191,6 +206,8 @@ class Checkpointer:
     def _checkpoint_target(
         self, output_dir: str | os.PathLike[str] | None
     ) -> tuple[Location, Location | None]:
+        from accel_core.checkpointing.object_storage import RemoteFolder
+
         config = self.project_configuration
         if config.automatic_checkpoint_naming:
             if config.project_dir is None:
@@ -256,7 +273,10 @@ class Checkpointer:
     ) -> None:
         """Restore everything ``save_state`` saved from ``input_dir`` (or the latest automatic
         checkpoint). See :meth:`accel_core.Accelerator.load_state`."""
-        self.background_saver.wait()
+        from accel_core.checkpointing import remote_checkpoints
+        from accel_core.checkpointing.object_storage import RemoteFolder
+
+        self.wait()
         source = self._checkpoint_source(input_dir)
         if isinstance(source, RemoteFolder):
             staging = remote_checkpoints.download_for_loading(self, source)
@@ -301,20 +321,27 @@ class Checkpointer:
 
     def has_complete_checkpoint(self) -> bool:
         """Whether the project folder holds a complete automatic checkpoint to resume from."""
+        from accel_core.checkpointing import object_storage
+
         config = self.project_configuration
         if not (config.automatic_checkpoint_naming and config.project_dir):
             return False
         project = self._location(config.project_dir, "load_state")
-        if isinstance(project, RemoteFolder):
+        if isinstance(project, object_storage.RemoteFolder):
             checkpoints = project.child(names.CHECKPOINTS_FOLDER)
             return bool(object_storage.automatic_checkpoints(checkpoints))
         return bool(folders.automatic_checkpoints(project / names.CHECKPOINTS_FOLDER))
 
     def _location(self, value: str | os.PathLike[str], operation: str) -> Location:
+        from accel_core.checkpointing import object_storage
+
         options = self.project_configuration.storage_options
         return object_storage.location(value, options, operation=operation)
 
     def _checkpoint_source(self, input_dir: str | os.PathLike[str] | None) -> Location:
+        from accel_core.checkpointing import object_storage
+        from accel_core.checkpointing.object_storage import RemoteFolder
+
         config = self.project_configuration
         if input_dir is not None:
             folder = self._location(input_dir, "load_state")

@@ -7,12 +7,14 @@ which holds the logic; see docs/guides/checkpointing.md for the on-disk layout a
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.hooks import RemovableHandle
 
-from accel_core.checkpointing.background import BackgroundSaver
 from accel_core.checkpointing.checkpointer import Checkpointer, LoadHook, SaveHook
+
+if TYPE_CHECKING:
+    from accel_core.checkpointing.background import BackgroundSaver
 
 __all__ = ["CheckpointingMixin", "LoadHook", "SaveHook"]
 

@@ -14,16 +14,16 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, overload
 
+# ``log(reduce=...)`` and the stand-ins of ``get_tracker`` import their modules when first used.
 from accel_core.tracking.base import GeneralTracker, JSONValue
 from accel_core.tracking.exit_status import WATCHER
-from accel_core.tracking.inactive import InactiveTracker, inactive_tracker
-from accel_core.tracking.reduction import check_reduction, reduce_values
 from accel_core.tracking.registry import LogWithEntry, filter_trackers, tracker_class
 from accel_core.tracking.session import StatesByTracker, TrackingSession
 
 if TYPE_CHECKING:
     from accel_core.configuration import ProjectConfiguration
     from accel_core.state import AcceleratorState
+    from accel_core.tracking.inactive import InactiveTracker
 
 
 class ExperimentTracking:
@@ -114,6 +114,8 @@ class ExperimentTracking:
     ) -> None:
         """Log ``values``: see :meth:`accel_core.Accelerator.log`."""
         if reduce is not None:
+            from accel_core.tracking.reduction import check_reduction, reduce_values
+
             check_reduction(reduce)
             values = reduce_values(values, reduce, self.state.device)
         WATCHER.clear_error()
@@ -153,6 +155,8 @@ class ExperimentTracking:
             )
         stand_in = self._stand_ins.get(name)
         if stand_in is None:
+            from accel_core.tracking.inactive import inactive_tracker
+
             entry = self.log_with[names.index(name)]
             cls = type(entry) if isinstance(entry, GeneralTracker) else tracker_class(name)
             stand_in = self._stand_ins[name] = inactive_tracker(cls)

@@ -8,12 +8,13 @@ the checkpointer stores its run states and gives them back on ``load_state``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
-from accel_core.tracking.base import GeneralTracker, JSONValue
-from accel_core.tracking.experiment import ExperimentTracking
-from accel_core.tracking.registry import LogWithEntry
-from accel_core.tracking.session import StatesByTracker
+if TYPE_CHECKING:
+    from accel_core.tracking.base import GeneralTracker, JSONValue
+    from accel_core.tracking.experiment import ExperimentTracking
+    from accel_core.tracking.registry import LogWithEntry
+    from accel_core.tracking.session import StatesByTracker
 
 
 class TrackingMixin:
