@@ -7,7 +7,7 @@ when first used.
 
 from accel._lazy import export_table
 
-__version__ = "0.3.3"
+__version__ = "0.3.4"
 
 _NAMES = {
     # accel-core
