@@ -4,7 +4,9 @@ Each check builds an ``Accelerator`` with a fresh strategy from the factory and 
 real training loop through it: joint setup of model, optimizer, scheduler and data loader; a step
 that changes the weights (identically on every process when the strategy replicates the model);
 gradient clipping; accumulation (and no-sync when the strategy supports it); the model state
-dict round trip; ``save_state``/``load_state``; ``unwrap_model``; ``end_training``.
+dict round trip; ``save_state``/``load_state``; ``unwrap_model``; ``end_training``. Outside
+:data:`CHECKS`, :func:`check_forward_backward` checks the one-call step
+(``Strategy.forward_backward``) against forward and ``accelerator.backward``.
 
 Use it from pytest by subclassing :class:`StrategyContract`::
 
