@@ -14,7 +14,7 @@ from accel_core.mesh_dimension import (
     DP_REPLICATE,
     TP,
     MeshDimension,
-    known_dimensions,
+    all_dimensions,
 )
 from accel_core.out_of_scope import OutOfScopeError
 from accel_core.parallelism import (
@@ -101,7 +101,7 @@ def third_party_engines(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_known_dimensions_are_accelerates_then_those_engines_declare(third_party_engines):
     names = [dimension.name for dimension in ACCELERATE_DIMENSIONS]
     assert names == ["dp_replicate", "dp_shard", "tp", "cp", "sp"]
-    assert list(known_dimensions([PP_ENGINE, EP_ENGINE])) == [*names, "pp", "ep"]
+    assert list(all_dimensions([PP_ENGINE, EP_ENGINE])) == [*names, "pp", "ep"]
     assert dimension_sizes(_Config(pp_size=2, tp_size=3)) == {
         "dp_replicate": 1,
         "dp_shard": 1,

@@ -7,7 +7,7 @@ dimensions Hugging Face Accelerate's ``ParallelismConfig`` has, each with what a
 strategy does not run it: the ones no installed engine trains on (``cp``, ``sp``) stay known
 through it, so their sizes are read, counted and refused with a reason. A dimension no entry of
 the table names (``pp``, ``ep``) comes from the description of the engine that declares it
-(:func:`known_dimensions`). Everything that validates a ``ParallelismConfig``
+(:func:`all_dimensions`). Everything that validates a ``ParallelismConfig``
 (:mod:`accel_core.parallelism`), chooses a strategy for it (:mod:`accel_core.strategies.resolver`)
 or offers its sizes at launch (``accel launch --parallelism_config_*``, the config file's
 ``parallelism_config`` section) reads these records.
@@ -141,13 +141,13 @@ ALWAYS_RUN: frozenset[str] = frozenset({DP_REPLICATE.name})
 
 
 class DeclaresDimensions(Protocol):
-    """What :func:`known_dimensions` reads of an engine description."""
+    """What :func:`all_dimensions` reads of an engine description."""
 
     @property
     def dimensions(self) -> tuple[MeshDimension, ...]: ...
 
 
-def known_dimensions(descriptions: Iterable[DeclaresDimensions] = ()) -> dict[str, MeshDimension]:
+def all_dimensions(descriptions: Iterable[DeclaresDimensions] = ()) -> dict[str, MeshDimension]:
     """Every dimension known here, by name: :data:`ACCELERATE_DIMENSIONS` in their order, then
     those only ``descriptions`` declare, by mesh order (then name). The table's record wins over
     a description's of the same name, and the first description's over a later one's."""

@@ -87,7 +87,7 @@ def known_dimensions() -> dict[str, MeshDimension]:
     and, after them, those only the installed strategies' descriptions declare."""
     from accel_core.strategies.registry import strategy_descriptions
 
-    return mesh_dimension.known_dimensions(strategy_descriptions().values())
+    return mesh_dimension.all_dimensions(strategy_descriptions().values())
 
 
 def dimension_sizes(

@@ -49,10 +49,10 @@ def dimensions() -> tuple[MeshDimension, ...]:
     installed engines declare. None without accel-core: like the engines, the dimensions are
     described there, and the launcher keeps no list of its own."""
     try:
-        from accel_core.mesh_dimension import known_dimensions
+        from accel_core.mesh_dimension import all_dimensions
     except ImportError:
         return ()
-    return tuple(known_dimensions(installed().values()).values())
+    return tuple(all_dimensions(installed().values()).values())
 
 
 def strategy_names() -> list[str]:
