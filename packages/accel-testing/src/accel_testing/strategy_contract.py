@@ -271,13 +271,16 @@ def _gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 def check_forward_backward(make_strategy: StrategyFactory, workdir: Path) -> None:
     """``strategy.forward_backward(model, inputs, loss_fn, target)`` equals forward, loss and
     ``accelerator.backward`` bit for bit: the same loss and the same gradients, in full precision,
-    under bf16 autocast and with two accumulation steps (the loss divided by them). Not in
-    :data:`CHECKS` yet: the one-call step is a hook no Accelerator API calls."""
+    under bf16 autocast, with two accumulation steps (the loss divided by them) and, on a CUDA
+    device, under fp16 (the loss scaled by the gradient scaler). Not in :data:`CHECKS` yet: the
+    one-call step is a hook no Accelerator API calls."""
     cases: list[dict[str, int | str]] = [
         {},
         {"mixed_precision": "bf16"},
         {"gradient_accumulation_steps": 2},
     ]
+    if torch.cuda.is_available():  # fp16 on CPU runs in fp32, without a scaler
+        cases.append({"mixed_precision": "fp16"})
     for options in cases:
         results = []
         for one_call in (False, True):
