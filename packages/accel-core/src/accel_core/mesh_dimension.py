@@ -42,8 +42,10 @@ class MeshDimension:
         why_not: what to do instead when the chosen strategy does not train on it, as the
             refusal says it (empty: the refusal names the installed strategies that declare it).
         launch_option: the ``accel launch`` flag (without dashes) and ``parallelism_config``
-            config-file key of its size, Accelerate's ``parallelism_config_tp_size`` spelling;
-            None: no launch option (the script sets the size itself).
+            config-file key of its size, spelled as Accelerate's are (``parallelism_config_`` and
+            the ``config_key``: the launcher reads that prefix as ParallelismConfig's, a flag
+            with it implies ``--use_parallelism_config``); the workers get the size as
+            ``PARALLELISM_CONFIG_<CONFIG_KEY>``. None: no launch option (the script sets it).
         strategy_builds_mesh: only a strategy that trains over it can start with a size above 1,
             since that strategy builds the mesh while it sets up its environment (``dp_shard``:
             the model is sharded over it). A size above 1 then chooses the engine that shards by
