@@ -25,12 +25,13 @@ from accel_backends.out_of_scope import (
     TorchContextParallelConfig,
 )
 from accel_backends.tensor_parallel_config import TorchTensorParallelConfig
+from accel_core.mesh_dimension import ACCELERATE_DIMENSIONS, mesh_order
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-#: The order of mesh dimensions, outermost first (Accelerate's).
-MESH_ORDER = ("dp_replicate", "dp_shard", "cp", "sp", "tp")
+#: The order of mesh dimensions, outermost first (Accelerate's), from their records' ``order``.
+MESH_ORDER = mesh_order(ACCELERATE_DIMENSIONS)
 
 
 def _size_from_env(name: str) -> int:

@@ -5,13 +5,15 @@ A package that provides a strategy publishes one description (``name = "module:D
 its ``[project.entry-points."accel.strategies"]`` table). Everything outside the engine reads it:
 ``accel launch`` (its ``--use_*`` flag, its launch options and config-file section, ``--strategy
 NAME``, the ``--dry-run`` rows), the registry and resolver of accel-core, the Accelerate plugin
-keyword the Accelerator accepts, the mesh dimensions a ``ParallelismConfig`` may use with it, and
-the ``pip install`` line an error prints. No list of engine names exists outside the engines.
+keyword the Accelerator accepts, the mesh dimensions it trains over (records of
+:mod:`accel_core.mesh_dimension`, which validate a ``ParallelismConfig`` and give ``accel launch``
+its ``--parallelism_config_*`` sizes), and the ``pip install`` line an error prints. No list
+of engine names exists outside the engines.
 
-This module imports nothing but the standard library (the launcher reads descriptions without
-importing torch); the strategy itself, and every hook a description names, is imported only when
-used. An entry point that names a strategy class or factory directly (the older form) is still
-accepted: it is described by its name alone.
+This module imports nothing but the standard library and :mod:`accel_core.mesh_dimension` (the
+launcher reads descriptions without importing torch); the strategy itself, and every hook a
+description names, is imported only when used. An entry point that names a strategy class or
+factory directly (the older form) is still accepted: it is described by its name alone.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+
+from accel_core.mesh_dimension import DP_REPLICATE, MeshDimension, dimensions_named
 
 ENTRY_POINT_GROUP = "accel.strategies"
 
@@ -90,8 +94,16 @@ class EngineDescription:
         plugin_keywords: the ``Accelerator`` keywords of Accelerate's plugin for it
             (``"deepspeed_plugin"``, ``"deepspeed_plugins"``).
         plugin_class: ``"module:attribute"`` of that plugin class.
-        mesh_dimensions: the ``ParallelismConfig`` dimensions it trains over
-            (``"dp_replicate"``, ``"dp_shard"``, ...).
+        dimensions: the mesh dimensions it trains over, as records
+            (:class:`~accel_core.mesh_dimension.MeshDimension`; ``DP_REPLICATE`` by default).
+            An engine declares a dimension Accelerate's ``ParallelismConfig`` has with the
+            record of :mod:`accel_core.mesh_dimension` (``DP_SHARD``, ``TP``), and a new one
+            (``pp``, ``ep``) with its own record.
+        mesh_dimensions: the names of ``dimensions`` (``"dp_replicate"``, ``"dp_shard"``, ...),
+            derived from them. The older spelling, names alone, still declares the dimensions
+            when ``dimensions`` is not given; only names the table
+            :data:`~accel_core.mesh_dimension.ACCELERATE_DIMENSIONS` has are accepted so
+            (``ValueError`` otherwise).
         shards_by_default: chosen when a ``ParallelismConfig`` shards (``dp_shard_size > 1``)
             and nothing else names a strategy.
         wrapper_classes: class names of the wrappers it puts around a model (each keeps the model
@@ -118,11 +130,25 @@ class EngineDescription:
     launch_check: str | None = None
     plugin_keywords: tuple[str, ...] = ()
     plugin_class: str | None = None
-    mesh_dimensions: frozenset[str] = frozenset({"dp_replicate"})
+    dimensions: tuple[MeshDimension, ...] = ()
+    mesh_dimensions: frozenset[str] = frozenset()
     shards_by_default: bool = False
     wrapper_classes: tuple[str, ...] = ()
     parallelism_config_class: str | None = None
     checkpoint_layouts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        dimensions = self.dimensions
+        if not dimensions:
+            dimensions = dimensions_named(self.mesh_dimensions or {DP_REPLICATE.name})
+        names = frozenset(dimension.name for dimension in dimensions)
+        if self.mesh_dimensions and self.mesh_dimensions != names:
+            raise ValueError(
+                f"engine {self.name!r}: mesh_dimensions={sorted(self.mesh_dimensions)} does not "
+                f"name the dimensions declared ({sorted(names)}); give dimensions= alone"
+            )
+        object.__setattr__(self, "dimensions", tuple(dimensions))
+        object.__setattr__(self, "mesh_dimensions", names)
 
     def load_strategy(self) -> Callable[..., object]:
         """The strategy factory (imports the engine)."""

@@ -1,28 +1,38 @@
 """Accelerate's ``ParallelismConfig`` on accel, and the parallel-rank properties of Accelerator.
 
+A configuration is read as ``{dimension: size}`` (:func:`dimension_sizes`) over every dimension
+known here (:func:`known_dimensions`): the records of :mod:`accel_core.mesh_dimension` for the
+dimensions of Accelerate's ``ParallelismConfig`` (``dp_replicate``, ``dp_shard``, ``tp``, ``cp``,
+``sp``) and those the installed strategies' descriptions declare (a ``pp`` or ``ep`` of a third
+party's engine). Each check below works over that mapping, the records and the chosen strategy's
+declared dimensions; no dimension has code of its own.
+
 Which dimensions a job trains over is the strategy's to say: its description lists them
-(``EngineDescription.mesh_dimensions``; ``dp_replicate``, whole copies, for every strategy;
+(``EngineDescription.dimensions``; ``dp_replicate``, whole copies, for every strategy;
 ``dp_shard``, the model sharded over the processes of the dimension, and ``tp``, its layers split
 over them, for FSDP2). With a larger dimension the strategy does not list (context and sequence
 parallelism, under every strategy accel has) the Accelerator is built and so is the mesh, as in
 Accelerate; training on it is not run: ``prepare`` raises
-:class:`~accel_core.out_of_scope.OutOfScopeError` with the reason (:func:`refuse_unsupported`).
-When the Accelerator is built, before the strategy sets up its environment and before any model
-is prepared, ``ValueError`` is raised for sizes whose product is neither 1 nor the number of
-processes (:func:`check_sizes`, as in Accelerate), and for ``dp_shard_size > 1`` under a strategy
-that does not list ``dp_shard`` (:func:`check_strategy`).
+:class:`~accel_core.out_of_scope.OutOfScopeError` with the dimension's reason
+(``MeshDimension.why_not``; :func:`refuse_unsupported`). When the Accelerator is built, before the
+strategy sets up its environment and before any model is prepared, ``ValueError`` is raised for
+sizes whose product is neither 1 nor the number of processes (:func:`check_sizes`, as in
+Accelerate), and for a size above 1 of a dimension whose strategy builds the mesh
+(``strategy_builds_mesh``: ``dp_shard``) under a strategy that does not list it
+(:func:`check_strategy`).
 
 When neither the code (``strategy=``, a plugin) nor the launch (``ACCEL_STRATEGY``) names a
-strategy, ``dp_shard_size > 1`` chooses the one whose description ``shards_by_default`` (FSDP2
-from accel-backends), and another dimension above 1 (``tp_size``) the installed one that lists it
-(:func:`needed_dimensions`). That strategy builds the mesh (``dp_replicate, dp_shard, tp``,
-flattened ``dp``, ``dp_shard_cp``, ``dp_cp``) in ``setup_environment`` and stores it in the state.
-Otherwise, with a model-parallel dimension the Accelerator builds the configuration's mesh
-through its ``get_device_mesh``; with ``dp_replicate_size > 1`` alone it builds the mesh as
-Accelerate does: one dimension named ``"dp_replicate"`` over every process, flattened into
-``"dp"`` (``accelerator.torch_device_mesh``); otherwise there is no mesh (None). As in
-Accelerate, on several accelerator devices a configuration of size 1 is read as
-``dp_replicate_size = num_processes``.
+strategy, the dimensions above 1 beyond ``dp_replicate`` (:func:`needed_dimensions`) choose the
+installed strategy that lists them all, the one whose description ``shards_by_default`` (FSDP2
+from accel-backends) first; ``dp_shard_size > 1`` with none installed names the sharding one to
+install. That strategy builds the mesh (``dp_replicate, dp_shard, tp``, flattened ``dp``,
+``dp_shard_cp``, ``dp_cp``) in ``setup_environment`` and stores it in the state. Otherwise, with a
+dimension whose processes share batches (``shards_data`` false: ``tp``, ``cp``, ``sp``) the
+Accelerator builds the configuration's mesh through its ``get_device_mesh``; with
+``dp_replicate_size > 1`` alone it builds the mesh as Accelerate does: one dimension named
+``"dp_replicate"`` over every process, flattened into ``"dp"`` (``accelerator.torch_device_mesh``);
+otherwise there is no mesh (None). As in Accelerate, on several accelerator devices a
+configuration of size 1 is read as ``dp_replicate_size = num_processes``.
 
 The configuration object is recognised by its fields (:class:`ParallelismConfigLike`): the
 ``ParallelismConfig`` class belongs to accel-backends, which accel-core does not import; the
@@ -34,11 +44,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
+from accel_core import mesh_dimension
+from accel_core.mesh_dimension import (
+    ALWAYS_RUN,
+    DP_REPLICATE,
+    DP_SHARD,
+    TP,
+    MeshDimension,
+)
 from accel_core.out_of_scope import OutOfScopeError, out_of_scope
 
 if TYPE_CHECKING:
@@ -47,31 +65,11 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Why a dimension is not trained on, and what to do, when no installed strategy lists it.
-_WHY_NOT: dict[str, str] = {
-    "tp": (
-        "tensor parallelism runs under the fsdp strategy of accel-backends (pip install "
-        "accel-backends; it is chosen when no strategy is named, or pass fsdp_plugin="
-        "FullyShardedDataParallelPlugin(fsdp_version=2))"
-    ),
-    "cp": (
-        "context parallelism is not run by accel: torch's context-parallel attention has no "
-        "CPU kernel (aten._scaled_dot_product_flash_attention_for_cpu has no DTensor sharding "
-        "strategy in torch 2.13), and accel has not run it on GPUs; split long sequences' work "
-        "with tp_size, or shard the model with dp_shard_size"
-    ),
-    "sp": (
-        "DeepSpeed's sequence parallelism (Ulysses) is not run by accel; split the model with "
-        "tp_size or shard it with dp_shard_size (the fsdp strategy)"
-    ),
-}
-_DATA_PARALLEL = ("dp_replicate_size", "dp_shard_size")
-_MODEL_PARALLEL = ("tp_size", "cp_size", "sp_size")
-
 
 class ParallelismConfigLike(Protocol):
     """The fields of Accelerate's ``ParallelismConfig`` that accel reads (``sp_size`` too, when
-    the object has it)."""
+    the object has it). The size of any known dimension is read by its record's ``config_key``
+    (:func:`dimension_sizes`); a field the object lacks is size 1."""
 
     dp_replicate_size: int
     dp_shard_size: int
@@ -84,37 +82,77 @@ def _size(config: ParallelismConfigLike, name: str) -> int:
     return 1 if value is None else int(value)
 
 
-#: The dimensions of a strategy no package describes: whole copies only.
-_REPLICAS_ONLY = frozenset({"dp_replicate"})
+def known_dimensions() -> dict[str, MeshDimension]:
+    """Every dimension known here, by name: Accelerate's (``ACCELERATE_DIMENSIONS``, field order)
+    and, after them, those only the installed strategies' descriptions declare."""
+    from accel_core.strategies.registry import strategy_descriptions
+
+    return mesh_dimension.all_dimensions(strategy_descriptions().values())
+
+
+def dimension_sizes(
+    config: ParallelismConfigLike | None, known: Mapping[str, MeshDimension] | None = None
+) -> dict[str, int]:
+    """``config`` as ``{dimension name: size}`` over every dimension of ``known`` (default:
+    :func:`known_dimensions`), in its order; 1 where the object has no such field. Empty for no
+    configuration."""
+    if config is None:
+        return {}
+    known = known_dimensions() if known is None else known
+    return {name: _size(config, dimension.config_key) for name, dimension in known.items()}
 
 
 def mesh_dimensions(strategy: Strategy) -> frozenset[str]:
-    """The ``ParallelismConfig`` dimensions ``strategy`` trains over, as its description says."""
+    """The ``ParallelismConfig`` dimensions ``strategy`` trains over, as its description says
+    (a strategy no package describes: whole copies only)."""
     from accel_core.strategies import describe_strategy
 
     description = describe_strategy(strategy.name)
-    return _REPLICAS_ONLY if description is None else description.mesh_dimensions
+    return ALWAYS_RUN if description is None else description.mesh_dimensions
+
+
+def _runs(strategy_dimensions: frozenset[str], name: str) -> bool:
+    return name in strategy_dimensions or name in ALWAYS_RUN
+
+
+def _why_not(dimension: MeshDimension) -> str:
+    """The dimension's own refusal text; else the installed strategies that declare it."""
+    if dimension.why_not:
+        return dimension.why_not
+    from accel_core.strategies.registry import strategy_descriptions
+
+    runners = [
+        repr(description.name)
+        for description in strategy_descriptions().values()
+        if dimension.name in description.mesh_dimensions
+    ]
+    feature = dimension.title[:1].lower() + dimension.title[1:]
+    if not runners:
+        return f"no installed strategy declares {feature} ({dimension.name!r})"
+    return (
+        f"{feature} runs under strategy {' or '.join(runners)} (name it: Accelerator(strategy="
+        "NAME) or `accel launch --strategy NAME`)"
+    )
 
 
 def refuse_unsupported(config: ParallelismConfigLike | None, strategy: Strategy) -> None:
     """Raise ``OutOfScopeError`` for a dimension larger than 1 that ``strategy`` does not train
     on (its description's ``mesh_dimensions``; context and sequence parallelism under every
-    strategy accel has). ``prepare`` calls it, before anything is prepared."""
+    strategy accel has), with the dimension's reason (``MeshDimension.why_not``). A dimension
+    whose strategy builds the mesh (``dp_shard``) is :func:`check_strategy`'s. ``prepare`` calls
+    it, before anything is prepared."""
     if config is None:
         return
+    known = known_dimensions()
     supported = mesh_dimensions(strategy)
-    for name, feature in (
-        ("tp_size", "Tensor parallelism"),
-        ("cp_size", "Context parallelism"),
-        ("sp_size", "Sequence parallelism"),
-    ):
-        size = _size(config, name)
-        dimension = name.removesuffix("_size")
-        if size > 1 and dimension not in supported:
+    for name, size in dimension_sizes(config, known).items():
+        dimension = known[name]
+        if size > 1 and not dimension.strategy_builds_mesh and not _runs(supported, name):
             raise OutOfScopeError(
-                f"{feature} (ParallelismConfig({name}={size})) is not run by strategy "
-                f"{strategy.name!r}: {_WHY_NOT[dimension]}. The device mesh is built "
-                "(accelerator.torch_device_mesh); prepare() does not train on this dimension."
+                f"{dimension.title} (ParallelismConfig({dimension.config_key}={size})) is not "
+                f"run by strategy {strategy.name!r}: {_why_not(dimension)}. The device mesh is "
+                "built (accelerator.torch_device_mesh); prepare() does not train on this "
+                "dimension."
             )
 
 
@@ -166,21 +204,24 @@ def _parallelism_config_class(asked_by: str) -> Callable[..., ParallelismConfigL
 def needed_dimensions(config: ParallelismConfigLike | None) -> frozenset[str]:
     """The dimensions of ``config`` larger than 1 beyond whole copies (``dp_replicate``): what
     the strategy chosen for it must list among its ``mesh_dimensions``."""
-    if config is None:
-        return frozenset()
-    names = ("dp_shard_size", *_MODEL_PARALLEL)
-    return frozenset(n.removesuffix("_size") for n in names if _size(config, n) > 1)
+    return frozenset(
+        name
+        for name, size in dimension_sizes(config).items()
+        if size > 1 and name not in ALWAYS_RUN
+    )
 
 
 def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> None:
-    """Raise ``ValueError`` when the data-parallel sizes of ``config`` multiply to neither 1 nor
-    ``num_processes``. Runs before the strategy is chosen."""
+    """Raise ``ValueError`` when the sizes of ``config`` multiply to neither 1 nor
+    ``num_processes`` (every known dimension counts; the message lists those that deal
+    different batches, and the others above 1). Runs before the strategy is chosen."""
     if config is None:
         return
+    known = known_dimensions()
     sizes = {
-        name: _size(config, name)
-        for name in (*_DATA_PARALLEL, *_MODEL_PARALLEL)
-        if name in _DATA_PARALLEL or _size(config, name) > 1
+        known[name].config_key: size
+        for name, size in dimension_sizes(config, known).items()
+        if known[name].shards_data or size > 1
     }
     total = 1
     for size in sizes.values():
@@ -195,20 +236,27 @@ def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> Non
 
 
 def check_strategy(config: ParallelismConfigLike | None, strategy: Strategy) -> None:
-    """Raise ``ValueError`` when ``config`` shards the model (``dp_shard_size > 1``) and
-    ``strategy`` does not list ``dp_shard`` among its mesh dimensions. Runs before
+    """Raise ``ValueError`` when ``config`` sets a dimension whose strategy builds the mesh
+    (``MeshDimension.strategy_builds_mesh``: ``dp_shard_size > 1`` shards the model) above 1 and
+    ``strategy`` does not list it among its mesh dimensions. Runs before
     ``strategy.setup_environment``."""
     if config is None:
         return
-    replicas, shards = _size(config, "dp_replicate_size"), _size(config, "dp_shard_size")
-    if shards > 1 and "dp_shard" not in mesh_dimensions(strategy):
-        raise ValueError(
-            f"ParallelismConfig(dp_replicate_size={replicas}, dp_shard_size={shards}) shards the "
-            f"model over the device mesh, which strategy {strategy.name!r} does not do: leave "
-            "the choice to the configuration (no strategy=, plugin or ACCEL_STRATEGY; FSDP2 is "
-            "chosen), pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2) or launch "
-            "with `accel launch --use_fsdp`; or set dp_shard_size=1."
-        )
+    known = known_dimensions()
+    sizes = dimension_sizes(config, known)
+    supported = mesh_dimensions(strategy)
+    for name, size in sizes.items():
+        dimension = known[name]
+        if size > 1 and dimension.strategy_builds_mesh and not _runs(supported, name):
+            shown = ", ".join(
+                f"{known[other].config_key}={other_size}"
+                for other, other_size in sizes.items()
+                if known[other].shards_data or other == name
+            )
+            raise ValueError(
+                f"ParallelismConfig({shown}) shards the model over the device mesh, which "
+                f"strategy {strategy.name!r} does not do: {_why_not(dimension)}."
+            )
 
 
 def setup_device_mesh(
@@ -217,29 +265,35 @@ def setup_device_mesh(
     num_processes: int,
     multi_device: bool,
 ) -> Any:
-    """Build the mesh of a configuration that does not shard (None when there is none; a
-    sharding one is the strategy's to build). Call on every process, after
-    :func:`check_sizes`: building a mesh is a collective."""
-    if config is None or _size(config, "dp_shard_size") > 1:
+    """Build the mesh of a configuration whose strategy does not build it (None when there is
+    none; with a dimension above 1 that ``strategy_builds_mesh``, ``dp_shard``, it is the
+    strategy's to build). Call on every process, after :func:`check_sizes`: building a mesh is a
+    collective."""
+    if config is None:
         return None
-    replicas = _size(config, "dp_replicate_size")
+    known = known_dimensions()
+    sizes = dimension_sizes(config, known)
+    if any(size > 1 and known[name].strategy_builds_mesh for name, size in sizes.items()):
+        return None
+    replicas = sizes[DP_REPLICATE.name]
+    same_batch = any(size > 1 and not known[name].shards_data for name, size in sizes.items())
     mesh = None
     get_device_mesh = getattr(config, "get_device_mesh", None)
-    if any(_size(config, name) > 1 for name in _MODEL_PARALLEL) and callable(get_device_mesh):
+    if same_batch and callable(get_device_mesh):
         mesh = get_device_mesh(device_type)
     elif replicas > 1:
         from torch.distributed.device_mesh import init_device_mesh
 
-        mesh = init_device_mesh(device_type, (replicas,), mesh_dim_names=("dp_replicate",))
-        mesh[("dp_replicate",)]._flatten("dp")
+        mesh = init_device_mesh(device_type, (replicas,), mesh_dim_names=(DP_REPLICATE.name,))
+        mesh[(DP_REPLICATE.name,)]._flatten("dp")
         if hasattr(config, "device_mesh"):
             config.device_mesh = mesh  # what ParallelismConfig.get_device_mesh() returns
     elif multi_device and num_processes > 1:
         set_size = getattr(config, "_set_size", None)
         if callable(set_size):
-            set_size("dp_replicate", num_processes)
+            set_size(DP_REPLICATE.name, num_processes)
         else:
-            config.dp_replicate_size = num_processes
+            setattr(config, DP_REPLICATE.config_key, num_processes)
     return mesh
 
 
@@ -287,10 +341,7 @@ class ParallelismMixin:
         """This process's rank in the tensor-parallel group (the mesh's ``tp`` dimension; 0 with
         ``tp_size`` 1). Raises RuntimeError without a parallelism configuration, as Accelerate
         does."""
-        config = self._require_parallelism_config("Tensor parallelism")
-        if _size(config, "tp_size") > 1 and self.torch_device_mesh is not None:
-            return int(self.torch_device_mesh.get_local_rank("tp"))
-        return 0
+        return self._local_rank(TP)
 
     @property
     def pipeline_parallel_rank(self) -> int:
@@ -306,19 +357,19 @@ class ParallelismMixin:
     def data_parallel_rank(self) -> int:
         """This process's rank among the data-parallel replicas (0 with ``dp_replicate_size``
         1). Raises RuntimeError without a parallelism configuration, as Accelerate does."""
-        config = self._require_parallelism_config("Data parallelism")
-        if _size(config, "dp_replicate_size") > 1 and self.torch_device_mesh is not None:
-            return int(self.torch_device_mesh.get_local_rank("dp_replicate"))
-        return 0
+        return self._local_rank(DP_REPLICATE)
 
     @property
     def data_parallel_shard_rank(self) -> int:
         """This process's rank in the shard group (the mesh's ``dp_shard`` dimension; 0 with
         ``dp_shard_size`` 1). Raises RuntimeError without a parallelism configuration, as
         Accelerate does."""
-        config = self._require_parallelism_config("Shard-based data parallelism")
-        if _size(config, "dp_shard_size") > 1 and self.torch_device_mesh is not None:
-            return int(self.torch_device_mesh.get_local_rank("dp_shard"))
+        return self._local_rank(DP_SHARD)
+
+    def _local_rank(self, dimension: MeshDimension) -> int:
+        config = self._require_parallelism_config(dimension.title)
+        if _size(config, dimension.config_key) > 1 and self.torch_device_mesh is not None:
+            return int(self.torch_device_mesh.get_local_rank(dimension.name))
         return 0
 
     def _require_parallelism_config(self, what: str) -> ParallelismConfigLike:

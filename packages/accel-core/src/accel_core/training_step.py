@@ -17,6 +17,7 @@ import torch
 
 from accel_core import settings
 from accel_core.optimizer import lomo_backward, unwrap_optimizer
+from accel_core.strategies.step import loss_to_backward
 from accel_ops import inflight
 
 if TYPE_CHECKING:
@@ -81,8 +82,7 @@ class TrainingStepMixin:
         optimizer's fused backward-and-update runs instead, as in Accelerate.
         """
         steps = self.gradient_state.num_steps
-        if steps > 1 and not self.strategy.handles_accumulation:
-            loss = loss / steps
+        loss = loss_to_backward(loss, steps, self.strategy.handles_accumulation)
         learning_rate = kwargs.get("learning_rate")
         if learning_rate is not None and self._prepared.has_lomo_optimizer and self.scaler is None:
             self.lomo_backward(loss, learning_rate)

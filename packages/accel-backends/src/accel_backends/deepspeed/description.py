@@ -8,6 +8,7 @@ keys; :mod:`accel_backends.deepspeed.resolution` reads it from here.
 from __future__ import annotations
 
 from accel_core.engine_description import ConfigKey, EngineDescription, LaunchOption
+from accel_core.mesh_dimension import DP_REPLICATE
 
 #: Where DeepSpeed may offload optimizer states or parameters.
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
@@ -87,7 +88,7 @@ DESCRIPTION = EngineDescription(
     launch_check="accel_backends.deepspeed.launch_check:check",
     plugin_keywords=("deepspeed_plugin", "deepspeed_plugins"),
     plugin_class="accel_backends.deepspeed.plugin:DeepSpeedPlugin",
-    mesh_dimensions=frozenset({"dp_replicate"}),
+    dimensions=(DP_REPLICATE,),
     wrapper_classes=("DeepSpeedEngine", "PipelineEngine"),
     checkpoint_layouts=("accel_backends.deepspeed.zero_files:find_layout",),
 )

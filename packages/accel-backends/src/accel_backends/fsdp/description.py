@@ -6,6 +6,7 @@ See :class:`accel_core.engine_description.EngineDescription`.
 from __future__ import annotations
 
 from accel_core.engine_description import ConfigKey, EngineDescription, LaunchOption
+from accel_core.mesh_dimension import DP_REPLICATE, DP_SHARD, TP
 
 FSDP_SHARDING_STRATEGIES = (
     "FULL_SHARD",
@@ -72,7 +73,7 @@ DESCRIPTION = EngineDescription(
     config_keys=_CONFIG_KEYS,
     plugin_keywords=("fsdp_plugin",),
     plugin_class="accel_backends.fsdp.plugin:FullyShardedDataParallelPlugin",
-    mesh_dimensions=frozenset({"dp_replicate", "dp_shard", "tp"}),
+    dimensions=(DP_REPLICATE, DP_SHARD, TP),
     shards_by_default=True,
     wrapper_classes=("FullyShardedDataParallel",),
     parallelism_config_class="accel_backends.parallelism_config:ParallelismConfig",

@@ -7,6 +7,7 @@ See :class:`accel_core.engine_description.EngineDescription`. Its one launch opt
 from __future__ import annotations
 
 from accel_core.engine_description import EngineDescription, LaunchOption
+from accel_core.mesh_dimension import DP_REPLICATE
 
 _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption(
@@ -26,5 +27,5 @@ DESCRIPTION = EngineDescription(
     launch_flag="use_xla",
     launch_flag_aliases=("--tpu",),
     launch_options=_LAUNCH_OPTIONS,
-    mesh_dimensions=frozenset({"dp_replicate"}),
+    dimensions=(DP_REPLICATE,),
 )

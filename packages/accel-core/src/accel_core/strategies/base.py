@@ -38,10 +38,13 @@ Call order, on every process, for one ``Accelerator``:
    an ``AcceleratedScheduler``.
 7. Each training step: ``backward(loss, **kwargs)`` with the loss divided by the accumulation
    steps unless ``handles_accumulation``, and NOT scaled: the default backward scales it through
-   ``precision``. Then, when the user asks, ``clip_gradients_norm(module, optimizer, ...)`` or
-   ``clip_gradients_value`` (the Accelerator unscales through ``precision`` first), then
-   ``optimizer_step(optimizer, closure)`` from the prepared optimizer's ``step`` when gradients
-   synchronise (with an fp16 scaler, the precision's scaler drives the step instead).
+   ``precision``. ``forward_backward(model, inputs, loss_fn, target)`` is the same step as one
+   call (forward, loss, then ``backward`` as above) and the one call a pipelining engine replaces
+   with its schedule (micro-batches through the stages); nothing calls it yet. Then, when the
+   user asks, ``clip_gradients_norm(module, optimizer, ...)`` or ``clip_gradients_value`` (the
+   Accelerator unscales through ``precision`` first), then ``optimizer_step(optimizer,
+   closure)`` from the prepared optimizer's ``step`` when gradients synchronise (with an fp16
+   scaler, the precision's scaler drives the step instead).
    Collectives of the Accelerator (``gather``, ``reduce``, ``gather_for_metrics``...) go through
    the strategy when it is :class:`SupportsCollectives` (XLA), else through accel_ops.
 8. ``model_state_dict(model)`` on every process when saving (the strategy decides which ranks hold
@@ -117,6 +120,7 @@ from accel_core.strategies.parameters import (
     prune,
     repoint_optimizer,
 )
+from accel_core.strategies.step import LossFunction, call_model, loss_to_backward
 from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
@@ -320,6 +324,43 @@ class Strategy(ABC):
         """Backpropagate ``loss`` (divided by the accumulation steps, not yet scaled): the
         precision scales it, then ``backward``."""
         self.precision.backward(loss, **kwargs)
+
+    def forward_backward(
+        self,
+        model: torch.nn.Module,
+        inputs: object,
+        loss_fn: LossFunction,
+        target: object = None,
+    ) -> torch.Tensor:
+        """Forward and backward of one batch in one call; returns the batch's loss (detached,
+        not divided by the accumulation steps), for logging.
+
+        The default runs the prepared ``model`` on ``inputs`` (a mapping as keyword arguments, a
+        tuple as positional arguments, anything else as the one argument:
+        :func:`~accel_core.strategies.step.call_model`), then ``loss_fn(outputs, target)``,
+        then :meth:`backward` with the loss divided by the accumulation steps unless
+        ``handles_accumulation``: the same arithmetic as ``loss = loss_fn(model(inputs),
+        target)`` followed by ``accelerator.backward(loss)`` (the precision scales the loss; the
+        Accelerator's own additions around ``backward``, LOMO's fused update and the preemption
+        vote, are not part of it).
+
+        This is the one call a pipelining engine replaces with its schedule. With the model
+        split into stages over a ``pp`` mesh dimension, no process can run the whole forward,
+        so the engine splits ``inputs`` and ``target`` into micro-batches along the batch
+        dimension, runs its schedule (GPipe, 1F1B, interleaved: the micro-batches' forwards and
+        backwards interleaved across the stages, activations and their gradients sent between
+        neighbouring stages), applies ``loss_fn`` to each micro-batch's outputs and target on
+        the last stage, backpropagates each micro-batch's share of the loss (through its
+        precision, divided by the micro-batches and the accumulation steps as above), and
+        returns the batch's loss on every stage. That is why ``target`` is its own argument:
+        the engine must split it as it splits the inputs. The Accelerator has no API for this
+        call yet; a training loop under a pipelining engine would make it instead of calling
+        the model and ``backward``.
+        """
+        loss = loss_fn(call_model(model, inputs), target)
+        steps = self.gradient_state.num_steps if self.gradient_state is not None else 1
+        self.backward(loss_to_backward(loss, steps, self.handles_accumulation))
+        return loss.detach()
 
     def optimizer_step(
         self,

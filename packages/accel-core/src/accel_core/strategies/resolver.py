@@ -43,17 +43,28 @@ def mesh_strategy_name(needed: frozenset[str]) -> str | None:
 def default_strategy_name(
     world_size: int, *, sharded: bool = False, needed: frozenset[str] = frozenset()
 ) -> str:
-    """:func:`sharding_strategy_name` when the parallelism configuration shards the model
-    (``sharded``, or ``dp_shard`` among ``needed``); else, for other dimensions above 1
-    (``needed``, e.g. ``tp``), the installed engine listing them (:func:`mesh_strategy_name`);
-    else ``ddp`` when the job has more than one process, else ``single_device`` (whose
-    ``prepare`` then refuses what it does not run)."""
-    if sharded or "dp_shard" in needed:
-        return sharding_strategy_name()
+    """For dimensions above 1 (``needed``, e.g. ``dp_shard``, ``tp``), the installed engine that
+    lists them all (:func:`mesh_strategy_name`); else, when the parallelism configuration shards
+    the model (``sharded``, or a dimension among ``needed`` whose strategy builds the mesh,
+    ``MeshDimension.strategy_builds_mesh``: ``dp_shard``), :func:`sharding_strategy_name`; else
+    ``ddp`` when the job has more than one process, else ``single_device`` (whose ``prepare``
+    then refuses what it does not run)."""
     chosen = mesh_strategy_name(needed) if needed else None
     if chosen is not None:
         return chosen
+    if sharded or _builds_mesh(needed):
+        return sharding_strategy_name()
     return "ddp" if world_size > 1 else "single_device"
+
+
+def _builds_mesh(needed: frozenset[str]) -> bool:
+    """Whether a dimension of ``needed`` is one only the strategy that runs it can build."""
+    if not needed:
+        return False
+    from accel_core.parallelism import known_dimensions
+
+    known = known_dimensions()
+    return any(known[name].strategy_builds_mesh for name in needed if name in known)
 
 
 def resolve_strategy(

@@ -152,20 +152,32 @@ def _xla(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
     return {"downcast_bf16": ask.confirm("Under bf16, store float64 tensors as bf16 too?", False)}
 
 
+#: Accelerate's questions about sizes, by mesh dimension (it asks none about ``sp``); the other
+#: dimensions known here are set by flag or in the file.
+_SIZE_QUESTIONS = {
+    "dp_replicate": "What is the data parallelism replicate size?",
+    "dp_shard": "What is the FSDP shard size?",
+    "tp": "What is the tensor parallelism size?",
+    "cp": "What is the context parallelism size?",
+}
+
+
 def _parallelism(ask: _Asker) -> dict[str, Any]:
     """Accelerate's ParallelismConfig questions (it asks them for FSDP 2 only; accel for every
-    distributed kind: the workers decide what they can run). Empty when not wanted."""
-    if not ask.confirm("Do you want to use ParallelismConfig?", False):
+    distributed kind: the workers decide what they can run), about the dimensions known here
+    (none without accel-core: then nothing is asked). Empty when not wanted."""
+    asked = [
+        dimension
+        for dimension in engines.dimensions()
+        if dimension.launch_option and dimension.name in _SIZE_QUESTIONS
+    ]
+    if not asked or not ask.confirm("Do you want to use ParallelismConfig?", False):
         return {}
     section = {
-        "parallelism_config_dp_replicate_size": ask.integer(
-            "What is the data parallelism replicate size?", 1, 1
-        ),
-        "parallelism_config_dp_shard_size": ask.integer("What is the FSDP shard size?", 1, 1),
-        "parallelism_config_tp_size": ask.integer("What is the tensor parallelism size?", 1, 1),
-        "parallelism_config_cp_size": ask.integer("What is the context parallelism size?", 1, 1),
+        str(dimension.launch_option): ask.integer(_SIZE_QUESTIONS[dimension.name], 1, 1)
+        for dimension in asked
     }
-    if section["parallelism_config_cp_size"] > 1:
+    if section.get("parallelism_config_cp_size", 1) > 1:
         section["parallelism_config_cp_comm_strategy"] = ask.select(
             "Which context parallelism communication strategy?",
             list(CP_COMM_STRATEGIES),

@@ -77,28 +77,49 @@ def _size(help: str) -> Field:
     return Field("int", None, True, help, minimum=1)
 
 
-#: Accelerate's ``parallelism_config`` section; its keys are the names of the launch options.
-PARALLELISM_KEYS: dict[str, Field] = {
-    "parallelism_config_dp_replicate_size": _size("data-parallel replicas (DDP-style copies)"),
-    "parallelism_config_dp_shard_size": _size("processes each model is sharded over (FSDP)"),
-    "parallelism_config_tp_size": _size("tensor-parallel size"),
-    "parallelism_config_cp_size": _size("context-parallel size"),
-    "parallelism_config_cp_backend": _f("str", CP_BACKENDS, "context-parallel backend"),
-    "parallelism_config_cp_comm_strategy": _f(
-        "str", CP_COMM_STRATEGIES, "context-parallel communication (with cp_size > 1)"
-    ),
-    "parallelism_config_sp_size": _size("sequence-parallel size"),
-    "parallelism_config_sp_backend": _f("str", SP_BACKENDS, "sequence-parallel backend"),
-    "parallelism_config_sp_seq_length": _size(
-        "sequence length when every batch has the same one (with sp_size > 1)"
-    ),
-    "parallelism_config_sp_seq_length_is_variable": _f(
-        "bool", help="the sequence length may change between batches (with sp_size > 1)"
-    ),
-    "parallelism_config_sp_attn_implementation": _f(
-        "str", help="attention of sequence parallelism: sdpa, flash_attention_2, ... (sp_size > 1)"
-    ),
+#: Accelerate's settings of a dimension's handler, by dimension name: keys of the
+#: ``parallelism_config`` section that follow the dimension's size there.
+PARALLELISM_SETTINGS: dict[str, dict[str, Field]] = {
+    "cp": {
+        "parallelism_config_cp_backend": _f("str", CP_BACKENDS, "context-parallel backend"),
+        "parallelism_config_cp_comm_strategy": _f(
+            "str", CP_COMM_STRATEGIES, "context-parallel communication (with cp_size > 1)"
+        ),
+    },
+    "sp": {
+        "parallelism_config_sp_backend": _f("str", SP_BACKENDS, "sequence-parallel backend"),
+        "parallelism_config_sp_seq_length": _size(
+            "sequence length when every batch has the same one (with sp_size > 1)"
+        ),
+        "parallelism_config_sp_seq_length_is_variable": _f(
+            "bool", help="the sequence length may change between batches (with sp_size > 1)"
+        ),
+        "parallelism_config_sp_attn_implementation": _f(
+            "str",
+            help="attention of sequence parallelism: sdpa, flash_attention_2, ... (sp_size > 1)",
+        ),
+    },
 }
+
+
+def parallelism_keys() -> dict[str, Field]:
+    """Accelerate's ``parallelism_config`` section; its keys are the names of the launch options.
+
+    For each mesh dimension known here (:func:`accel_launch.launch.engines.dimensions`: those of
+    Accelerate's ``ParallelismConfig`` and those the installed engines declare), in their order:
+    its size (the record's ``launch_option``, help from its ``description``), then its settings
+    (:data:`PARALLELISM_SETTINGS`). Empty without accel-core, which holds the records.
+    """
+    from accel_launch.launch.engines import dimensions
+
+    keys: dict[str, Field] = {}
+    for dimension in dimensions():
+        if dimension.launch_option is None:
+            continue
+        keys[dimension.launch_option] = _size(dimension.description)
+        keys.update(PARALLELISM_SETTINGS.get(dimension.name, {}))
+    return keys
+
 
 #: Keys Accelerate knows and accel accepts only when empty (features out of accel's scope).
 UNSUPPORTED_SECTIONS = ("megatron_lm_config", "mpirun_config", "ipex_config")
@@ -168,10 +189,10 @@ TOP_KEYS: dict[str, Field] = {
     },
 }
 
-#: The launcher's own sections; each installed engine adds its own (:func:`sections`).
+#: The launcher's own sections (and ``parallelism_config``, from the mesh dimensions known
+#: here); each installed engine adds its own (:func:`sections`).
 BASE_SECTIONS: dict[str, dict[str, Field]] = {
     "dynamo_config": DYNAMO_KEYS,
-    "parallelism_config": PARALLELISM_KEYS,
 }
 _KINDS = {"flag": "bool"}
 
@@ -198,6 +219,7 @@ def engine_fields(description: Any) -> dict[str, Field]:
 def sections() -> dict[str, dict[str, Field]]:
     """Every section a config file may hold here: the launcher's and the installed engines'."""
     found = dict(BASE_SECTIONS)
+    found["parallelism_config"] = parallelism_keys()
     for description in _engines().values():
         if description.config_section:
             found.setdefault(description.config_section, engine_fields(description))

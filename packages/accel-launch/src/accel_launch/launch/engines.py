@@ -3,10 +3,11 @@
 An engine describes itself (accel-core's ``EngineDescription``, found through the
 ``accel.strategies`` entry-point group): its ``--use_*`` flag, its launch options, its config-file
 section, its ``distributed_type`` and its launch check. The launcher reads those descriptions and
-keeps no list of engines of its own. accel-launch does not depend on accel-core: without it, only
-the built-in strategies (``single_device``, ``ddp``: distributed types ``NO``, ``MULTI_CPU``,
-``MULTI_GPU``) exist. The descriptions module imports no torch, and the descriptions are read once
-per process.
+keeps no list of engines of its own. The same holds for the mesh dimensions a ``ParallelismConfig``
+sizes (:func:`dimensions`: accel-core's records, and those engines declare). accel-launch does not
+depend on accel-core: without it, only the built-in strategies (``single_device``, ``ddp``:
+distributed types ``NO``, ``MULTI_CPU``, ``MULTI_GPU``) exist, and no dimension. The descriptions
+module imports no torch, and the descriptions are read once per process.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from accel_launch.errors import AccelLaunchError
 
 if TYPE_CHECKING:
     from accel_core.engine_description import EngineDescription
+    from accel_core.mesh_dimension import MeshDimension
 
 #: The strategies every launch can choose, with or without accel-core's engines.
 BUILT_IN_STRATEGIES = ("single_device", "ddp")
@@ -39,6 +41,18 @@ def installed() -> Mapping[str, EngineDescription]:
         return {}
     found = installed_engines()
     return {name: found[name] for name in sorted(found)}
+
+
+def dimensions() -> tuple[MeshDimension, ...]:
+    """The mesh dimensions a ``ParallelismConfig`` may size here, each as accel-core's record:
+    those of Accelerate's ``ParallelismConfig`` (accel-core's table), then those only the
+    installed engines declare. None without accel-core: like the engines, the dimensions are
+    described there, and the launcher keeps no list of its own."""
+    try:
+        from accel_core.mesh_dimension import all_dimensions
+    except ImportError:
+        return ()
+    return tuple(all_dimensions(installed().values()).values())
 
 
 def strategy_names() -> list[str]:

@@ -3,8 +3,9 @@
 Each option names its config-file key (a path such as ``("dynamo_config", "dynamo_backend")``)
 and the environment variable that may set it, so that precedence (flag > environment > config
 file > default) is resolved in one place, :mod:`accel_launch.launch.resolve`. The table is the
-launcher's own options (:data:`BASE_OPTIONS`) and, from each installed engine's description, its
-``--use_*`` flag and its options (:func:`launch_options`).
+launcher's own options (:data:`BASE_OPTIONS`), the ``ParallelismConfig`` sizes of the mesh
+dimensions known here (:func:`parallelism_options`, from their records) and, from each installed
+engine's description, its ``--use_*`` flag and its options (:func:`launch_options`).
 """
 
 from __future__ import annotations
@@ -305,19 +306,6 @@ BASE_OPTIONS: tuple[Option, ...] = (
         "flag",
         default=False,
     ),
-    *(
-        _O(
-            key,
-            "parallelism",
-            field.help[0].upper() + field.help[1:] + ". Implies --use_parallelism_config.",
-            field.kind,
-            choices=field.choices,
-            config_key=(parallelism.SECTION, key),
-            default=parallelism.DEFAULTS[key.removeprefix(parallelism.PREFIX)],
-            minimum=field.minimum,
-        )
-        for key, field in schema.PARALLELISM_KEYS.items()
-    ),
     _O(
         "hang_report_after",
         "output",
@@ -344,6 +332,35 @@ BASE_OPTIONS: tuple[Option, ...] = (
 )
 
 
+def parallelism_options() -> tuple[Option, ...]:
+    """``--parallelism_config_*``: one option per key of the config file's ``parallelism_config``
+    section (:func:`accel_launch.config.schema.parallelism_keys`: the size of each mesh dimension
+    known here, from its record, and the settings of its handler)."""
+    return tuple(
+        _O(
+            key,
+            "parallelism",
+            field.help[0].upper() + field.help[1:] + ". Implies --use_parallelism_config.",
+            field.kind,
+            choices=field.choices,
+            config_key=(parallelism.SECTION, key),
+            default=parallelism.default(key),
+            minimum=field.minimum,
+        )
+        for key, field in schema.parallelism_keys().items()
+    )
+
+
+def _base_options() -> tuple[Option, ...]:
+    """:data:`BASE_OPTIONS` with :func:`parallelism_options` after ``--use_parallelism_config``."""
+    found: list[Option] = []
+    for option in BASE_OPTIONS:
+        found.append(option)
+        if option.name == "use_parallelism_config":
+            found += parallelism_options()
+    return tuple(found)
+
+
 def engine_options(described: Mapping[str, EngineDescription]) -> tuple[Option, ...]:
     """Each engine's ``--use_*`` flag and launch options, as its description gives them.
 
@@ -351,7 +368,7 @@ def engine_options(described: Mapping[str, EngineDescription]) -> tuple[Option, 
     top level for an engine without a section). A name two engines share is one option (the
     first engine's); each engine still reads it into its own ``ACCEL_STRATEGY_CONFIG``.
     """
-    taken = {option.name for option in BASE_OPTIONS}
+    taken = {option.name for option in _base_options()}
     found: list[Option] = []
     for description in described.values():
         if description.launch_flag and description.launch_flag not in taken:
@@ -394,8 +411,9 @@ def launch_options() -> tuple[Option, ...]:
     the hardware options, the engines' own options after the launcher's."""
     from_engines = engine_options(engines.installed())
     flags = tuple(option for option in from_engines if option.chooses)
-    hardware = tuple(option for option in BASE_OPTIONS if option.group == "hardware")
-    rest = tuple(option for option in BASE_OPTIONS if option.group != "hardware")
+    base = _base_options()
+    hardware = tuple(option for option in base if option.group == "hardware")
+    rest = tuple(option for option in base if option.group != "hardware")
     return hardware + flags + rest + tuple(o for o in from_engines if not o.chooses)
 
 

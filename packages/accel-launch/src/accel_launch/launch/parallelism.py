@@ -1,41 +1,61 @@
 """ParallelismConfig at launch: Accelerate's ``--parallelism_config_*`` arguments and the
 ``PARALLELISM_CONFIG_*`` variables a worker's ``ParallelismConfig`` reads.
 
-The config-file keys are :data:`accel_launch.config.schema.PARALLELISM_KEYS`; the launch options
+The sizes are those of the mesh dimensions known here (accel-core's records,
+:func:`accel_launch.launch.engines.dimensions`): a dimension's ``launch_option`` is its flag and
+config-file key, its ``config_key`` names its variable (``tp_size``:
+``PARALLELISM_CONFIG_TP_SIZE``). The settings of a dimension's handler (``cp_backend``,
+``sp_seq_length``, ...) are Accelerate's (:data:`SETTINGS`). The config-file keys are
+:func:`accel_launch.config.schema.parallelism_keys`; the launch options
 (:mod:`accel_launch.launch.options`) are built from them with the defaults below, and every launch
-path writes the variables through :func:`prepare_extend_env_parallelism_config`. Unlike Accelerate,
-the launcher does not require FSDP 2 for them: the worker decides what it can run.
+path writes the variables through :func:`prepare_extend_env_parallelism_config`. Unlike
+Accelerate, the launcher does not require FSDP 2 for them: the worker decides what it can run.
 """
 
 from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
+from typing import NamedTuple
 
 #: The config file's section, and the prefix of its keys and of the launch options.
 SECTION = "parallelism_config"
 PREFIX = "parallelism_config_"
+#: Accelerate 1.15's launch default of every size.
+SIZE_DEFAULT = 1
 
-#: Accelerate 1.15's launch defaults, by argument name after :data:`PREFIX`.
-DEFAULTS: Mapping[str, object] = {
-    "dp_replicate_size": 1,
-    "dp_shard_size": 1,
-    "tp_size": 1,
-    "cp_size": 1,
-    "cp_backend": "torch",
-    "cp_comm_strategy": "allgather",
-    "sp_size": 1,
-    "sp_backend": "deepspeed",
-    "sp_seq_length": None,
-    "sp_seq_length_is_variable": True,
-    "sp_attn_implementation": "sdpa",
+
+class Setting(NamedTuple):
+    """One setting of a dimension's handler: its argument name after :data:`PREFIX`, Accelerate
+    1.15's launch default, and whether it is written whatever the size (else only with the
+    dimension's size above 1, as Accelerate does)."""
+
+    name: str
+    default: object
+    always: bool = False
+
+
+#: Accelerate's settings of each dimension's handler, by dimension name, in their order.
+SETTINGS: Mapping[str, tuple[Setting, ...]] = {
+    "cp": (Setting("cp_backend", "torch", always=True), Setting("cp_comm_strategy", "allgather")),
+    "sp": (
+        Setting("sp_backend", "deepspeed", always=True),
+        Setting("sp_seq_length", None),
+        Setting("sp_seq_length_is_variable", True),
+        Setting("sp_attn_implementation", "sdpa"),
+    ),
 }
 
-#: Written always; the others only with a context or sequence size above 1 (as Accelerate does).
-_ALWAYS = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size", "cp_backend")
-_ALWAYS += ("sp_size", "sp_backend")
-_WITH_CP = ("cp_comm_strategy",)
-_WITH_SP = ("sp_seq_length", "sp_seq_length_is_variable", "sp_attn_implementation")
+
+def default(key: str) -> object:
+    """The launch default of the ``parallelism_config`` key or option ``key``: a setting's, else
+    a size's (:data:`SIZE_DEFAULT`)."""
+    name = key.removeprefix(PREFIX)
+    for settings in SETTINGS.values():
+        for setting in settings:
+            if setting.name == name:
+                return setting.default
+    return SIZE_DEFAULT
 
 
 def prepare_extend_env_parallelism_config(
@@ -45,23 +65,26 @@ def prepare_extend_env_parallelism_config(
     ``ParallelismConfig`` reads, from ``args``' ``parallelism_config_*`` fields; returns
     ``current_env``.
 
-    A field that is absent or ``None`` takes Accelerate's launch default; the communication
-    strategy is written with ``cp_size`` > 1, the sequence options with ``sp_size`` > 1, and a
+    A field that is absent or ``None`` takes Accelerate's launch default. Every known dimension's
+    size is written, and its handler's settings: a backend with any size, the others (context
+    parallelism's communication strategy, the sequence options) only with the size above 1, a
     sequence length only when one is given.
     """
+    from accel_launch.launch.engines import dimensions
 
-    def get(name: str) -> object:
+    def get(name: str, fallback: object) -> object:
         value = getattr(args, PREFIX + name, None)
-        return DEFAULTS[name] if value is None else value
+        return fallback if value is None else value
 
-    names = list(_ALWAYS)
-    if int(str(get("cp_size"))) > 1:
-        names += _WITH_CP
-    if int(str(get("sp_size"))) > 1:
-        names += _WITH_SP
     current_env["ACCELERATE_USE_PARALLELISM_CONFIG"] = "true"
-    for name in names:
-        value = get(name)
-        if value is not None:
-            current_env[f"PARALLELISM_CONFIG_{name.upper()}"] = str(value)
+    for dimension in dimensions():
+        if dimension.launch_option is None:
+            continue
+        size = getattr(args, dimension.launch_option, None)
+        size = SIZE_DEFAULT if size is None else size
+        current_env[f"PARALLELISM_CONFIG_{dimension.config_key.upper()}"] = str(size)
+        for setting in SETTINGS.get(dimension.name, ()):
+            value = get(setting.name, setting.default)
+            if value is not None and (setting.always or int(str(size)) > 1):
+                current_env[f"PARALLELISM_CONFIG_{setting.name.upper()}"] = str(value)
     return current_env

@@ -1,0 +1,195 @@
+"""Mesh dimensions as data: a dimension no code of accel names (``pp``, ``ep``) is read, counted,
+chosen for, accepted and refused from the records its engine's description declares."""
+
+from __future__ import annotations
+
+import importlib.metadata
+from dataclasses import dataclass
+
+import pytest
+
+from accel_core.engine_description import ENTRY_POINT_GROUP, EngineDescription
+from accel_core.mesh_dimension import (
+    ACCELERATE_DIMENSIONS,
+    DP_REPLICATE,
+    TP,
+    MeshDimension,
+    all_dimensions,
+)
+from accel_core.out_of_scope import OutOfScopeError
+from accel_core.parallelism import (
+    check_sizes,
+    check_strategy,
+    dimension_sizes,
+    needed_dimensions,
+    refuse_unsupported,
+)
+from accel_core.strategies import create_strategy, registry
+from accel_core.strategies.resolver import default_strategy_name
+from accel_core.strategies.single_device import SingleDeviceStrategy
+
+PP = MeshDimension(
+    name="pp",
+    config_key="pp_size",
+    order=-1,
+    shards_data=False,
+    title="Pipeline parallelism",
+    description="pipeline stages",
+    why_not="pipeline stages run under the pp_engine strategy (strategy='pp_engine')",
+    launch_option="parallelism_config_pp_size",
+)
+#: A dimension whose strategy builds the mesh, with no refusal text of its own.
+EP = MeshDimension(
+    name="ep",
+    config_key="ep_size",
+    order=3,
+    shards_data=True,
+    title="Expert parallelism",
+    description="processes the experts are spread over",
+    strategy_builds_mesh=True,
+)
+
+
+class PipelineStrategy(SingleDeviceStrategy):
+    name = "pp_engine"
+
+
+class ExpertStrategy(SingleDeviceStrategy):
+    name = "ep_engine"
+
+
+PP_ENGINE = EngineDescription(
+    name="pp_engine",
+    title="Pipelines",
+    strategy=f"{__name__}:PipelineStrategy",
+    install="pp-engine",
+    dimensions=(DP_REPLICATE, PP),
+)
+EP_ENGINE = EngineDescription(
+    name="ep_engine",
+    title="Experts",
+    strategy=f"{__name__}:ExpertStrategy",
+    install="ep-engine",
+    dimensions=(DP_REPLICATE, EP),
+)
+
+
+@dataclass
+class _Config:
+    """A ParallelismConfig-like object with two more dimensions."""
+
+    dp_replicate_size: int = 1
+    dp_shard_size: int = 1
+    tp_size: int = 1
+    cp_size: int = 1
+    sp_size: int = 1
+    pp_size: int = 1
+    ep_size: int = 1
+
+
+@pytest.fixture
+def third_party_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both engines installed, as an entry point of the ``accel.strategies`` group names them."""
+    found = dict(registry._entry_points())
+    for name in ("pp_engine", "ep_engine"):
+        found[name] = importlib.metadata.EntryPoint(
+            name=name, value=f"{__name__}:{name.upper()}", group=ENTRY_POINT_GROUP
+        )
+    monkeypatch.setattr(registry, "_entry_points", lambda: found)
+
+
+def test_the_known_dimensions_are_accelerates_then_those_engines_declare(third_party_engines):
+    names = [dimension.name for dimension in ACCELERATE_DIMENSIONS]
+    assert names == ["dp_replicate", "dp_shard", "tp", "cp", "sp"]
+    assert list(all_dimensions([PP_ENGINE, EP_ENGINE])) == [*names, "pp", "ep"]
+    assert dimension_sizes(_Config(pp_size=2, tp_size=3)) == {
+        "dp_replicate": 1,
+        "dp_shard": 1,
+        "tp": 3,
+        "cp": 1,
+        "sp": 1,
+        "pp": 2,
+        "ep": 1,
+    }
+
+
+def test_a_new_dimension_counts_towards_the_world_size(third_party_engines):
+    # listed: the dimensions that deal different batches (ep too), and the others above 1
+    product = r"dp_replicate_size=1 x dp_shard_size=1 x pp_size=2 x ep_size=1 must equal"
+    with pytest.raises(ValueError, match=rf"^ParallelismConfig total_size \(2\) .*: {product}"):
+        check_sizes(_Config(pp_size=2), 1)
+    check_sizes(_Config(pp_size=2), 2)
+    check_sizes(_Config(pp_size=2, ep_size=2), 4)
+
+
+def test_a_new_dimension_chooses_the_engine_that_declares_it(third_party_engines):
+    assert needed_dimensions(_Config(pp_size=2, dp_replicate_size=2)) == {"pp"}
+    assert default_strategy_name(4, needed=frozenset({"pp"})) == "pp_engine"
+    assert default_strategy_name(4, needed=frozenset({"ep"})) == "ep_engine"
+    assert default_strategy_name(4, needed=frozenset({"pp", "tp"})) == "ddp"  # none runs both
+    # none runs both, and ep's strategy builds the mesh: the sharding engine, as for dp_shard
+    assert default_strategy_name(4, needed=frozenset({"pp", "ep"})) == "fsdp"
+
+
+def test_a_new_dimension_is_refused_at_prepare_under_a_strategy_that_does_not_run_it(
+    third_party_engines,
+):
+    config = _Config(pp_size=2)
+    check_strategy(config, create_strategy("ddp"))  # refused by prepare, not before
+    with pytest.raises(OutOfScopeError) as refused:
+        refuse_unsupported(config, create_strategy("ddp"))
+    assert str(refused.value) == (
+        "Pipeline parallelism (ParallelismConfig(pp_size=2)) is not run by strategy 'ddp': "
+        "pipeline stages run under the pp_engine strategy (strategy='pp_engine'). The device "
+        "mesh is built (accelerator.torch_device_mesh); prepare() does not train on this "
+        "dimension."
+    )
+    refuse_unsupported(config, create_strategy("pp_engine"))
+    with pytest.raises(OutOfScopeError, match=r"^Tensor parallelism .* 'pp_engine': "):
+        refuse_unsupported(_Config(pp_size=2, tp_size=2), create_strategy("pp_engine"))
+
+
+def test_a_dimension_whose_strategy_builds_the_mesh_is_refused_when_the_strategy_is_chosen(
+    third_party_engines,
+):
+    config = _Config(ep_size=2, dp_replicate_size=2)
+    with pytest.raises(ValueError) as refused:
+        check_strategy(config, create_strategy("ddp"))
+    # no refusal text of its own: the installed strategies that declare it
+    assert str(refused.value) == (
+        "ParallelismConfig(dp_replicate_size=2, dp_shard_size=1, ep_size=2) shards the model over "
+        "the device mesh, which strategy 'ddp' does not do: expert parallelism runs under "
+        "strategy 'ep_engine' (name it: Accelerator(strategy=NAME) or `accel launch --strategy "
+        "NAME`)."
+    )
+    check_strategy(config, create_strategy("ep_engine"))
+    refuse_unsupported(config, create_strategy("ddp"))  # check_strategy's, not prepare's
+
+
+def test_without_its_engine_a_new_dimension_is_not_known():
+    assert "pp" not in dimension_sizes(_Config(pp_size=2))
+    check_sizes(_Config(pp_size=2), 1)  # a field nothing declares is not a dimension here
+
+
+def test_descriptions_declare_records_and_still_accept_names():
+    older = EngineDescription(
+        name="older", title="Older", strategy="m:S", install="older", mesh_dimensions={"tp"}
+    )
+    assert older.dimensions == (TP,) and older.mesh_dimensions == {"tp"}
+    assert EngineDescription(name="x", title="X", strategy="m:S", install="x").dimensions == (
+        DP_REPLICATE,
+    )
+    assert PP_ENGINE.mesh_dimensions == {"dp_replicate", "pp"}
+    with pytest.raises(ValueError, match=r"'pp' have no record.*MeshDimension"):
+        EngineDescription(
+            name="x", title="X", strategy="m:S", install="x", mesh_dimensions=frozenset({"pp"})
+        )
+    with pytest.raises(ValueError, match="does not name the dimensions declared"):
+        EngineDescription(
+            name="x",
+            title="X",
+            strategy="m:S",
+            install="x",
+            dimensions=(DP_REPLICATE, PP),
+            mesh_dimensions=frozenset({"dp_replicate"}),
+        )
