@@ -1,7 +1,8 @@
 """Build-time helpers for the docs site (mkdocs hook and griffe extension in one small file).
 
 - ``LazyExports`` (griffe extension, named in mkdocs.yml): packages that export names lazily
-  (``_EXPORTS = {"name": "module"}`` plus a module ``__getattr__``) get one alias per name and
+  (``_EXPORTS = {"name": "module"}``, or ``_MODULES = {"module": ("name", ...)}`` that
+  ``_EXPORTS`` is built from, plus a module ``__getattr__``) get one alias per name and
   that table as their ``__all__``, so mkdocstrings documents the real objects, read statically.
   The same extension turns Sphinx roles (``:class:`~a.B```) into links and splits argument
   entries that document several parameters at once (``a, b: text``) into one entry each.
@@ -73,11 +74,16 @@ def _modules(mod: griffe.Module) -> list[griffe.Module]:
 
 
 def _exports(mod: griffe.Module) -> dict[str, str] | None:
-    """The ``_EXPORTS`` literal of a module with a ``__getattr__``, else None."""
+    """The ``_EXPORTS`` table of a module with a ``__getattr__``, else None: a literal
+    ``{name: module}``, or built from a literal ``_MODULES = {module: (name, ...)}`` (accel_ops)."""
     table = mod.members.get("_EXPORTS")
     if table is None or table.is_alias or "__getattr__" not in mod.members or table.value is None:
         return None
-    return ast.literal_eval(str(table.value))
+    modules = mod.members.get("_MODULES")
+    if modules is None or modules.is_alias or modules.value is None:
+        return ast.literal_eval(str(table.value))
+    by_module = ast.literal_eval(str(modules.value))
+    return {name: module for module, names in by_module.items() for name in names}
 
 
 def on_page_markdown(markdown: str, **kwargs: object) -> str:
