@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel_core import Accelerator, ProjectConfiguration, set_seed
-from accel_core.checkpointing import object_storage
+from accel_core.checkpointing import object_transfers
 
 
 class StepCounter:
@@ -52,7 +52,7 @@ def die_during_save(accelerator: Accelerator, number: int) -> None:
         if armed[0]:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    upload, finish = object_storage.Uploader._upload, object_storage.StreamingUpload.__exit__
+    upload, finish = object_transfers.Uploader._upload, object_transfers.PartsUpload.__exit__
 
     def upload_then_die(self: object, name: str) -> None:
         upload(self, name)  # type: ignore[arg-type]
@@ -63,8 +63,8 @@ def die_during_save(accelerator: Accelerator, number: int) -> None:
         then_die()
 
     accelerator.register_save_state_pre_hook(count)
-    object_storage.Uploader._upload = upload_then_die  # type: ignore[method-assign]
-    object_storage.StreamingUpload.__exit__ = finish_then_die  # type: ignore[method-assign]
+    object_transfers.Uploader._upload = upload_then_die  # type: ignore[method-assign]
+    object_transfers.PartsUpload.__exit__ = finish_then_die  # type: ignore[method-assign]
 
 
 def build_accelerator(args: argparse.Namespace) -> Accelerator:

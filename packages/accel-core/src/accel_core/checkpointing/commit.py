@@ -22,7 +22,8 @@ import torch.distributed as dist
 from accel_core.checkpointing import disk_space, folders, names, object_storage
 from accel_core.checkpointing.errors import CheckpointError, failure_text
 from accel_core.checkpointing.folder_io import CheckpointWriter
-from accel_core.checkpointing.object_storage import RemoteFolder, Uploader
+from accel_core.checkpointing.object_storage import RemoteFolder
+from accel_core.checkpointing.object_transfers import Uploader
 from accel_core.checkpointing.snapshot import Snapshot
 
 if TYPE_CHECKING:

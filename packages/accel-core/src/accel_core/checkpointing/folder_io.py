@@ -14,7 +14,7 @@ engine) is read back for them on a helper thread while the next file is written;
 through :meth:`~CheckpointWriter.write_object` and :meth:`~CheckpointWriter.write_tensors` stream
 straight into the store (the same bytes); the root is a local staging folder for the files an
 engine writes itself, each of which, once recorded and checksummed, is uploaded (and deleted) by
-an :class:`~accel_core.checkpointing.object_storage.Uploader` while the next one is written.
+an :class:`~accel_core.checkpointing.object_transfers.Uploader` while the next one is written.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from accel_core.checkpointing.manifest import (
     Manifest,
     file_block_checksums,
 )
-from accel_core.checkpointing.object_storage import StreamingUpload, Uploader
+from accel_core.checkpointing.object_transfers import Uploader, open_upload
 
 
 class CheckpointWriter:
@@ -140,7 +140,7 @@ class CheckpointWriter:
         if self.uploader is None:
             return open(self.path(name), "wb")
         target = self.uploader.target
-        return StreamingUpload(target.fs, target.file(name))
+        return open_upload(target.fs, target.file(name))
 
     def finish(self) -> dict[str, FileRecord]:
         """Wait for the checksums still being computed; the records of every file written.

@@ -11,13 +11,13 @@ An object store has no rename, so a checkpoint at a URL is complete exactly when
 files; listing, ``total_limit`` and ``load_state()`` (the latest) see only folders that have one;
 a save over an existing URL first deletes the old folder; rotation deletes a manifest before the
 rest. Each process writes the files accel serializes itself straight into the store
-(:class:`StreamingUpload`; see :class:`~accel_core.checkpointing.folder_io.CheckpointWriter`); the
-files an engine writes into a folder itself go into a folder of its machine's local disk (the
-*staging* folder, under ``ACCEL_STAGING_DIR`` or the temporary directory) exactly as for a local
-checkpoint, and the :class:`Uploader` sends each one as soon as it is recorded and deletes it once
-stored. Loading downloads the checkpoint into the
-staging folder (the processes of a machine share the files), checking each file's size and block
-checksums as its bytes arrive, and removes it after the load.
+(see :class:`~accel_core.checkpointing.folder_io.CheckpointWriter`); the files an engine writes
+into a folder itself go into a folder of its machine's local disk (the *staging* folder, under
+``ACCEL_STAGING_DIR`` or the temporary directory) exactly as for a local checkpoint, and are sent
+as soon as they are recorded, then deleted. Loading downloads the checkpoint into the staging
+folder (the processes of a machine share the files), checking each file's size and block
+checksums as its bytes arrive, and removes it after the load. The transfers themselves are
+:mod:`.object_transfers`'.
 
 Credentials and endpoints come from fsspec's usual places: the protocol's own configuration
 (``~/.aws``, ``AWS_ENDPOINT_URL``...), fsspec's ``FSSPEC_<PROTOCOL>_<OPTION>`` variables, or
@@ -29,28 +29,20 @@ from __future__ import annotations
 import hashlib
 import os
 import posixpath
-import queue
 import re
 import shutil
 import tempfile
-import threading
-from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from accel_core.checkpointing.errors import CheckpointError
-from accel_core.checkpointing.manifest import BlockChecksums, FileRecord
 from accel_core.checkpointing.names import AUTOMATIC_PATTERN, MANIFEST
 
 _URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 #: The extra of accel-core that installs a protocol's fsspec implementation.
 _EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
-#: Files moved at once by one process (an object store serves many requests in parallel).
-TRANSFER_THREADS = 4
-#: Bytes read from the store per request while downloading (a multiple of the checksum blocks).
-CHUNK_BYTES = 8 << 20
 
 
 def url_protocol(location: str | os.PathLike[str]) -> str | None:
@@ -164,145 +156,6 @@ def staging_folder(target: RemoteFolder, node: int) -> Path:
 def remove_staging(folder: Path) -> None:
     """Delete a staging folder (nothing else may use it any more)."""
     shutil.rmtree(folder, ignore_errors=True)
-
-
-# -- transfers -------------------------------------------------------------------------------
-
-
-class Uploader:
-    """Uploads the files of a staging folder to a :class:`RemoteFolder` on helper threads, each
-    as soon as it is handed over, deleting the local file once it is stored."""
-
-    def __init__(self, staging: Path, target: RemoteFolder) -> None:
-        self.staging = staging
-        self.target = target
-        self._pool = ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="accel-upload")
-        self._pending: list[Any] = []
-
-    def add(self, name: str) -> None:
-        """Upload ``name`` (a file of the staging folder, ``/``-separated)."""
-        self._pending.append(self._pool.submit(self._upload, name))
-
-    def run(self, function: Callable[..., None], *args: Any) -> None:
-        """Run ``function(*args)`` (a file streamed into the store) on an upload thread;
-        :meth:`finish` waits for it and raises its error."""
-        self._pending.append(self._pool.submit(function, *args))
-
-    def _upload(self, name: str) -> None:
-        local = self.staging / name
-        self.target.fs.put_file(str(local), self.target.file(name))
-        local.unlink()
-
-    def finish(self) -> None:
-        """Wait for every upload; raise the first failure."""
-        try:
-            for pending in self._pending:
-                pending.result()
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        """Stop the helper threads once the uploads they started are done."""
-        self._pool.shutdown(wait=True)
-
-
-class StreamingUpload:
-    """A binary file whose bytes become the object ``path`` of ``fs``: :meth:`write` hands them
-    (in slices of :data:`CHUNK_BYTES`) to a helper thread that sends them on, so serializing
-    (``torch.save``) and uploading overlap; at most ``depth`` slices wait in between. Use it as
-    a context manager: leaving it normally completes the object, leaving it by an exception
-    abandons it (an object store's multipart upload is dropped, nothing appears)."""
-
-    def __init__(self, fs: Any, path: str, depth: int = 4) -> None:
-        self._handle = fs.open(path, "wb")
-        self._slices: queue.Queue[bytes | None] = queue.Queue(maxsize=depth)
-        self._error: BaseException | None = None
-        self._sender = threading.Thread(target=self._send, name="accel-stream", daemon=True)
-        self._sender.start()
-
-    def _send(self) -> None:
-        while (piece := self._slices.get()) is not None:
-            if self._error is None:  # after a failure, keep draining: the writer never blocks
-                try:
-                    self._handle.write(piece)
-                except BaseException as error:  # raised in the writing thread, below
-                    self._error = error
-
-    def write(self, data: Any) -> int:
-        """Queue ``data`` (copied, in slices) for the store; raises an earlier send's error."""
-        if self._error is not None:
-            raise self._error
-        view = memoryview(data).cast("B")
-        for start in range(0, len(view), CHUNK_BYTES):
-            self._slices.put(bytes(view[start : start + CHUNK_BYTES]))
-        return len(view)
-
-    def flush(self) -> None:
-        """Nothing to do: the object is complete when the context is left."""
-
-    def __enter__(self) -> StreamingUpload:
-        return self
-
-    def __exit__(self, kind: Any, value: Any, traceback: Any) -> None:
-        self._slices.put(None)
-        self._sender.join()
-        if kind is None and self._error is None:
-            self._handle.close()  # the last part, then the object is complete
-            return
-        discard = getattr(self._handle, "discard", None)
-        if discard is not None:
-            discard()  # drop the parts sent so far
-        if kind is None and self._error is not None:
-            raise self._error
-
-
-def download(
-    source: RemoteFolder, records: Mapping[str, FileRecord], block_size: int | None, staging: Path
-) -> None:
-    """Copy the files ``records`` names from ``source`` into ``staging``, each checked against
-    its size and block checksums as it arrives (so it needs no second read); a file appears under
-    its name only whole and checked. ``block_size`` is the manifest's (None: one per file)."""
-
-    def fetch(name: str) -> None:
-        record = records[name]
-        local = staging / name
-        local.parent.mkdir(parents=True, exist_ok=True)
-        partial = local.with_name(f".{local.name}.part")
-        checksums = BlockChecksums(block_size or max(1, record.size))
-        size = 0
-        with source.fs.open(source.file(name), "rb") as remote, open(partial, "wb") as handle:
-            while chunk := remote.read(CHUNK_BYTES):
-                checksums.update(chunk)
-                handle.write(chunk)
-                size += len(chunk)
-        _check_download(source, name, record, size, checksums.digests(), block_size)
-        os.replace(partial, local)
-
-    with ThreadPoolExecutor(TRANSFER_THREADS, thread_name_prefix="accel-download") as pool:
-        list(pool.map(fetch, sorted(records)))
-
-
-def _check_download(
-    source: RemoteFolder,
-    name: str,
-    record: FileRecord,
-    size: int,
-    digests: list[str],
-    block_size: int | None,
-) -> None:
-    if size != record.size:
-        raise CheckpointError(
-            f"checkpoint file {source.url}/{name} is truncated or overwritten: {size} bytes, the "
-            f"manifest says {record.size}."
-        )
-    for index, (found, expected) in enumerate(zip(digests, record.blocks, strict=True)):
-        if found != expected:
-            start = index * (block_size or size)
-            end = min(start + (block_size or size), size)
-            raise CheckpointError(
-                f"checkpoint file {source.url}/{name} is corrupt: its checksum is {found} for "
-                f"bytes {start}-{end - 1} (block {index}), the manifest says {expected}."
-            )
 
 
 def read_text(folder: RemoteFolder, name: str) -> str | None:

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from accel_core.checkpointing import object_storage
+from accel_core.checkpointing import object_storage, object_transfers
 from accel_core.checkpointing.errors import CheckpointError, failure_text
 from accel_core.checkpointing.manifest import Manifest
 from accel_core.checkpointing.names import MANIFEST
@@ -65,7 +65,7 @@ def download_for_loading(checkpointer: Checkpointer, source: RemoteFolder) -> Pa
         names = sorted(manifest.files)
         share = names[state.local_process_index :: _local_world(state.num_processes)]
         mine = {name: manifest.files[name] for name in share}
-        object_storage.download(source, mine, manifest.block_size, staging)
+        object_transfers.download(source, mine, manifest.block_size, staging)
     except CheckpointError as caught:
         found = str(caught)
     except Exception as caught:  # the store's own errors (botocore's...) as well as OSError
