@@ -7,13 +7,15 @@ its ``[project.entry-points."accel.strategies"]`` table). Everything outside the
 NAME``, the ``--dry-run`` rows), the registry and resolver of accel-core, the Accelerate plugin
 keyword the Accelerator accepts, the mesh dimensions it trains over (records of
 :mod:`accel_core.mesh_dimension`, which validate a ``ParallelismConfig`` and give ``accel launch``
-its ``--parallelism_config_*`` sizes), and the ``pip install`` line an error prints. No list
-of engine names exists outside the engines.
+its ``--parallelism_config_*`` sizes), the questions ``accel config`` asks about it (records of
+:mod:`accel_core.config_question`), and the ``pip install`` line an error prints. No list of
+engine names exists outside the engines.
 
-This module imports nothing but the standard library and :mod:`accel_core.mesh_dimension` (the
-launcher reads descriptions without importing torch); the strategy itself, and every hook a
-description names, is imported only when used. An entry point that names a strategy class or
-factory directly (the older form) is still accepted: it is described by its name alone.
+This module imports nothing but the standard library, :mod:`accel_core.mesh_dimension` and
+:mod:`accel_core.config_question` (the launcher reads descriptions without importing torch); the
+strategy itself, and every hook a description names, is imported only when used. An entry point
+that names a strategy class or factory directly (the older form) is still accepted: it is
+described by its name alone.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
 
+from accel_core.config_question import ConfigQuestion
 from accel_core.mesh_dimension import DP_REPLICATE, MeshDimension, dimensions_named
 
 ENTRY_POINT_GROUP = "accel.strategies"
@@ -41,7 +44,9 @@ class LaunchOption:
     ``config_key`` says otherwise) and the key of ``ACCEL_STRATEGY_CONFIG`` the workers get.
     ``kind``: ``str``, ``int``, ``float``, ``bool`` (takes true/false) or ``flag`` (no value).
     ``engine_key`` is where the value lands in the engine's own configuration (DeepSpeed's dotted
-    key), for the ``--dry-run`` rows and the conflict checks.
+    key), for the ``--dry-run`` rows and the conflict checks. ``numbered_choices``: a config file
+    may also give a choice by its number, counted from 1 in ``choices`` (Accelerate's older files
+    write ``fsdp_sharding_strategy: 1`` for ``FULL_SHARD``).
     """
 
     name: str
@@ -53,6 +58,7 @@ class LaunchOption:
     default: OptionValue = None
     aliases: tuple[str, ...] = ()
     engine_key: str | None = None
+    numbered_choices: bool = False
 
     @property
     def section_key(self) -> str:
@@ -114,6 +120,14 @@ class EngineDescription:
         checkpoint_layouts: ``"module:attribute"`` hooks ``find(reader, index) -> SavedLayout |
             None`` that read the checkpoint layouts it writes, so any strategy loads them
             (:mod:`accel_core.checkpointing.layouts`).
+        config_questions: what ``accel config`` asks once the engine is chosen, in order
+            (:class:`~accel_core.config_question.ConfigQuestion`); the answers go to its
+            ``config_section`` (top-level keys without one).
+        runs_on_gpus: whether its processes use GPUs: ``accel config`` then asks which ones
+            (``gpu_ids``). ``False`` for XLA.
+        renamed_config_keys: older keys of its ``config_section`` (top-level keys without one)
+            -> the keys that replaced them. A file may still hold an older key (read like the
+            newer one); ``accel config update`` renames it.
     """
 
     name: str
@@ -136,6 +150,9 @@ class EngineDescription:
     wrapper_classes: tuple[str, ...] = ()
     parallelism_config_class: str | None = None
     checkpoint_layouts: tuple[str, ...] = ()
+    config_questions: tuple[ConfigQuestion, ...] = ()
+    runs_on_gpus: bool = True
+    renamed_config_keys: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         dimensions = self.dimensions
@@ -149,6 +166,29 @@ class EngineDescription:
             )
         object.__setattr__(self, "dimensions", tuple(dimensions))
         object.__setattr__(self, "mesh_dimensions", names)
+        self._check_config_questions()
+
+    def _check_config_questions(self) -> None:
+        """Each renamed key names a key the engine reads, and each select without choices of its
+        own names one with choices (``ValueError`` otherwise)."""
+        options = {option.section_key: option.choices for option in self.launch_options}
+        known = {**options, **{key: spec.choices for key, spec in self.config_keys.items()}}
+        for old, new in self.renamed_config_keys.items():
+            if new not in known or old in known:
+                raise ValueError(
+                    f"engine {self.name!r}: renamed_config_keys {old!r} -> {new!r} must rename a "
+                    f"key it no longer declares to one it does ({', '.join(sorted(known))})"
+                )
+        for question in self.config_questions:
+            if (
+                question.kind == "select"
+                and question.choices is None
+                and not known.get(question.key)
+            ):
+                raise ValueError(
+                    f"engine {self.name!r}: config question {question.key!r} is a select with "
+                    "no choices, and no launch option or config key of that name has any"
+                )
 
     def load_strategy(self) -> Callable[..., object]:
         """The strategy factory (imports the engine)."""

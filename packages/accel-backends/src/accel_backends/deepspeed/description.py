@@ -2,11 +2,13 @@
 
 See :class:`accel_core.engine_description.EngineDescription`. The launch options' ``engine_key``
 values are the one map from launch keys (and ``DeepSpeedPlugin`` fields) to DeepSpeed's dotted
-keys; :mod:`accel_backends.deepspeed.resolution` reads it from here.
+keys; :mod:`accel_backends.deepspeed.resolution` reads it from here. ``accel config`` asks for
+a DeepSpeed JSON file or, without one, the ZeRO settings.
 """
 
 from __future__ import annotations
 
+from accel_core.config_question import ConfigQuestion
 from accel_core.engine_description import ConfigKey, EngineDescription, LaunchOption
 from accel_core.mesh_dimension import DP_REPLICATE
 
@@ -75,6 +77,56 @@ _CONFIG_KEYS: dict[str, ConfigKey] = {
     ),
 }
 
+#: Asked when the user has no DeepSpeed JSON file.
+_NO_FILE = {"has_deepspeed_config_file": (False,)}
+
+_CONFIG_QUESTIONS: tuple[ConfigQuestion, ...] = (
+    ConfigQuestion(
+        "has_deepspeed_config_file",
+        "Do you have a DeepSpeed JSON config file?",
+        kind="confirm",
+        default=False,
+        stored=False,
+    ),
+    ConfigQuestion(
+        "deepspeed_config_file",
+        "Path of the DeepSpeed config file:",
+        kind="text",
+        default="",
+        when={"has_deepspeed_config_file": (True,)},
+        required=True,
+    ),
+    ConfigQuestion("zero_stage", "Which ZeRO stage?", default=2, when=_NO_FILE),
+    ConfigQuestion(
+        "offload_optimizer_device", "Offload optimizer states to?", default="none", when=_NO_FILE
+    ),
+    ConfigQuestion(
+        "offload_param_device", "Offload parameters to?", default="none", when={"zero_stage": (3,)}
+    ),
+    ConfigQuestion(
+        "zero3_init_flag",
+        "Build large models sharded (zero.Init)?",
+        kind="confirm",
+        default=True,
+        when={"zero_stage": (3,)},
+    ),
+    ConfigQuestion(
+        "zero3_save_16bit_model",
+        "Save 16-bit weights at the end?",
+        kind="confirm",
+        default=True,
+        when={"zero_stage": (3,)},
+    ),
+    ConfigQuestion(
+        "gradient_accumulation_steps",
+        "Gradient accumulation steps?",
+        kind="integer",
+        default=1,
+        minimum=1,
+        when=_NO_FILE,
+    ),
+)
+
 DESCRIPTION = EngineDescription(
     name="deepspeed",
     title="DeepSpeed",
@@ -91,4 +143,5 @@ DESCRIPTION = EngineDescription(
     dimensions=(DP_REPLICATE,),
     wrapper_classes=("DeepSpeedEngine", "PipelineEngine"),
     checkpoint_layouts=("accel_backends.deepspeed.zero_files:find_layout",),
+    config_questions=_CONFIG_QUESTIONS,
 )

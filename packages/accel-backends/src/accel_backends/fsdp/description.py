@@ -1,11 +1,14 @@
 """How the ``fsdp`` engine describes itself (torch-free: ``accel launch`` reads it).
 
-See :class:`accel_core.engine_description.EngineDescription`.
+See :class:`accel_core.engine_description.EngineDescription`. Accelerate's older files give
+``fsdp_sharding_strategy`` by number (1 = ``FULL_SHARD``) and call ``fsdp_backward_prefetch``
+``fsdp_backward_prefetch_policy``; both are still read.
 """
 
 from __future__ import annotations
 
-from accel_core.engine_description import ConfigKey, EngineDescription, LaunchOption
+from accel_core.config_question import ConfigQuestion
+from accel_core.engine_description import EngineDescription, LaunchOption
 from accel_core.mesh_dimension import DP_REPLICATE, DP_SHARD, TP
 
 FSDP_SHARDING_STRATEGIES = (
@@ -22,7 +25,10 @@ FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_D
 _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption("fsdp_version", "FSDP API version.", kind="int", choices=(1, 2)),
     LaunchOption(
-        "fsdp_sharding_strategy", "FSDP 1 sharding strategy.", choices=FSDP_SHARDING_STRATEGIES
+        "fsdp_sharding_strategy",
+        "FSDP 1 sharding strategy.",
+        choices=FSDP_SHARDING_STRATEGIES,
+        numbered_choices=True,
     ),
     LaunchOption(
         "fsdp_reshard_after_forward", "FSDP 2: free parameters after forward (true/false)."
@@ -54,11 +60,60 @@ _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     ),
 )
 
-_CONFIG_KEYS: dict[str, ConfigKey] = {
-    "fsdp_backward_prefetch_policy": ConfigKey(
-        "str", "older name of fsdp_backward_prefetch", choices=FSDP_BACKWARD_PREFETCH
+_CONFIG_QUESTIONS: tuple[ConfigQuestion, ...] = (
+    ConfigQuestion("fsdp_version", "Which FSDP version?", choices=(2, 1), default=2),
+    ConfigQuestion(
+        "fsdp_reshard_after_forward",
+        "Free parameters after forward (reshard_after_forward)?",
+        kind="confirm",
+        default=True,
+        when={"fsdp_version": (2,)},
     ),
-}
+    ConfigQuestion(
+        "fsdp_sharding_strategy",
+        "Which sharding strategy?",
+        default="FULL_SHARD",
+        when={"fsdp_version": (1,)},
+    ),
+    ConfigQuestion(
+        "fsdp_offload_params",
+        "Offload parameters and gradients to CPU?",
+        kind="confirm",
+        default=False,
+    ),
+    ConfigQuestion(
+        "fsdp_auto_wrap_policy", "How should modules be wrapped?", default="TRANSFORMER_BASED_WRAP"
+    ),
+    ConfigQuestion(
+        "fsdp_transformer_layer_cls_to_wrap",
+        "Layer class names to wrap, comma-separated (empty: the model's _no_split_modules):",
+        kind="text",
+        default="",
+        when={"fsdp_auto_wrap_policy": ("TRANSFORMER_BASED_WRAP",)},
+        omit_empty=True,
+    ),
+    ConfigQuestion(
+        "fsdp_min_num_params",
+        "Minimum parameters per unit?",
+        kind="integer",
+        default=100000000,
+        minimum=1,
+        when={"fsdp_auto_wrap_policy": ("SIZE_BASED_WRAP",)},
+    ),
+    ConfigQuestion("fsdp_state_dict_type", "Checkpoint layout?", default="SHARDED_STATE_DICT"),
+    ConfigQuestion(
+        "fsdp_cpu_ram_efficient_loading",
+        "Load weights on rank 0 only?",
+        kind="confirm",
+        default=True,
+    ),
+    ConfigQuestion(
+        "fsdp_activation_checkpointing",
+        "Use activation checkpointing?",
+        kind="confirm",
+        default=False,
+    ),
+)
 
 DESCRIPTION = EngineDescription(
     name="fsdp",
@@ -70,7 +125,6 @@ DESCRIPTION = EngineDescription(
     launch_flag="use_fsdp",
     launch_options=_LAUNCH_OPTIONS,
     config_section="fsdp_config",
-    config_keys=_CONFIG_KEYS,
     plugin_keywords=("fsdp_plugin",),
     plugin_class="accel_backends.fsdp.plugin:FullyShardedDataParallelPlugin",
     dimensions=(DP_REPLICATE, DP_SHARD, TP),
@@ -78,4 +132,6 @@ DESCRIPTION = EngineDescription(
     wrapper_classes=("FullyShardedDataParallel",),
     parallelism_config_class="accel_backends.parallelism_config:ParallelismConfig",
     checkpoint_layouts=("accel_backends.fsdp.checkpoint_files:find_layout",),
+    config_questions=_CONFIG_QUESTIONS,
+    renamed_config_keys={"fsdp_backward_prefetch_policy": "fsdp_backward_prefetch"},
 )

@@ -1,11 +1,13 @@
 """How the ``xla`` engine describes itself (torch-free: ``accel launch`` reads it).
 
 See :class:`accel_core.engine_description.EngineDescription`. Its one launch option,
-``downcast_bf16``, is a top-level key of the config file (the engine has no section).
+``downcast_bf16``, is a top-level key of the config file (the engine has no section); it is also
+the one question ``accel config`` asks about it. Its processes run on XLA devices, not GPUs.
 """
 
 from __future__ import annotations
 
+from accel_core.config_question import ConfigQuestion
 from accel_core.engine_description import EngineDescription, LaunchOption
 from accel_core.mesh_dimension import DP_REPLICATE
 
@@ -28,4 +30,13 @@ DESCRIPTION = EngineDescription(
     launch_flag_aliases=("--tpu",),
     launch_options=_LAUNCH_OPTIONS,
     dimensions=(DP_REPLICATE,),
+    config_questions=(
+        ConfigQuestion(
+            "downcast_bf16",
+            "Under bf16, store float64 tensors as bf16 too?",
+            kind="confirm",
+            default=False,
+        ),
+    ),
+    runs_on_gpus=False,
 )

@@ -108,12 +108,29 @@ def save_config(config: dict[str, Any], path: str | os.PathLike[str]) -> Path:
     return file
 
 
+def _rename_old_keys(config: dict[str, Any]) -> dict[str, Any]:
+    """Give today's names to the older keys the installed engines renamed (each description's
+    ``renamed_config_keys``, in its ``config_section``, else at the top level); in place, and
+    returned. A newer key the file already holds wins over the older one, which is dropped."""
+    from accel_launch.launch.engines import installed
+
+    for description in installed().values():
+        if not description.renamed_config_keys:
+            continue
+        where = description.config_section
+        section = config.get(where) if where else config
+        if not isinstance(section, dict):
+            continue
+        for old, new in description.renamed_config_keys.items():
+            if old in section:
+                section.setdefault(new, section.pop(old))
+    return config
+
+
 def update_config(path: str | os.PathLike[str]) -> Path:
-    """Bring an older file up to date: rename old keys, fill missing ones with their defaults."""
+    """Bring an older file up to date: rename old keys (:func:`_rename_old_keys`), fill missing
+    ones with their defaults."""
     from accel_launch.config.defaults import complete
 
-    config = load_config(path)
-    fsdp = config.get("fsdp_config") or {}
-    if "fsdp_backward_prefetch_policy" in fsdp:
-        fsdp.setdefault("fsdp_backward_prefetch", fsdp.pop("fsdp_backward_prefetch_policy"))
+    config = _rename_old_keys(load_config(path))
     return save_config(complete(config), path)

@@ -1,4 +1,10 @@
-"""The ``accel config`` questionnaire: arrow-key menus asking what ``accelerate config`` asks."""
+"""The ``accel config`` questionnaire: arrow-key menus asking what ``accelerate config`` asks.
+
+The launcher asks its own questions (machines, the kind of distributed training, processes,
+GPUs, torch.compile, precision); the questions about an engine are the engine's own, the
+``config_questions`` its description lists (:mod:`accel_core.config_question`), asked here for
+any installed engine the same way. Without accel-core no engine is installed, so none is asked.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ from accel_launch.errors import AccelLaunchError
 from accel_launch.launch import engines
 
 if TYPE_CHECKING:
-    from accel_core.engine_description import EngineDescription
+    from accel_core.config_question import ConfigQuestion
+    from accel_core.engine_description import EngineDescription, OptionValue
 
 #: The built-in kinds; each installed engine with a ``distributed_type`` adds one, by its title.
 DISTRIBUTED_CHOICES = {
@@ -88,68 +95,44 @@ def _cluster(ask: _Asker, config: dict[str, Any]) -> None:
     config["same_network"] = ask.confirm("Are all the machines on the same local network?", True)
 
 
-def _choices(description: EngineDescription, key: str) -> list[str]:
-    """The allowed values of ``key`` of the engine's section, as its description gives them."""
-    return [str(choice) for choice in engine_fields(description)[key].choices or ()]
+def _choices(description: EngineDescription, question: ConfigQuestion) -> tuple[OptionValue, ...]:
+    """A select's choices: its own, else those of the engine's option or key of the same name (the
+    description checks that there are some)."""
+    if question.choices is not None:
+        return question.choices
+    return engine_fields(description)[question.key].choices or ()
 
 
-def _deepspeed(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
-    if ask.confirm("Do you have a DeepSpeed JSON config file?", False):
-        path = ask.text("Path of the DeepSpeed config file:", "", lambda v: bool(v.strip()))
-        return {"deepspeed_config_file": path}
-    section: dict[str, Any] = {}
-    section["zero_stage"] = int(ask.select("Which ZeRO stage?", ["0", "1", "2", "3"], "2"))
-    devices = _choices(description, "offload_optimizer_device")
-    section["offload_optimizer_device"] = ask.select(
-        "Offload optimizer states to?", devices, "none"
-    )
-    if section["zero_stage"] == 3:
-        section["offload_param_device"] = ask.select("Offload parameters to?", devices, "none")
-        section["zero3_init_flag"] = ask.confirm("Build large models sharded (zero.Init)?", True)
-        section["zero3_save_16bit_model"] = ask.confirm("Save 16-bit weights at the end?", True)
-    section["gradient_accumulation_steps"] = ask.integer("Gradient accumulation steps?", 1, 1)
-    return section
+def _answer(ask: _Asker, description: EngineDescription, question: ConfigQuestion) -> OptionValue:
+    """Ask one question; the answer as it is stored (a select's choice itself)."""
+    if question.kind == "confirm":
+        return ask.confirm(question.prompt, bool(question.default))
+    if question.kind == "integer":
+        return ask.integer(question.prompt, int(question.default or 0), question.minimum)
+    if question.kind == "text":
+        check = (lambda v: bool(v.strip())) if question.required else None
+        default = "" if question.default is None else str(question.default)
+        return ask.text(question.prompt, default, check)
+    choices = {str(choice): choice for choice in _choices(description, question)}
+    default = None if question.default is None else str(question.default)
+    return choices[ask.select(question.prompt, list(choices), default)]
 
 
-def _fsdp(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
-    section: dict[str, Any] = {
-        "fsdp_version": int(ask.select("Which FSDP version?", ["2", "1"], "2"))
-    }
-    if section["fsdp_version"] == 2:
-        section["fsdp_reshard_after_forward"] = ask.confirm(
-            "Free parameters after forward (reshard_after_forward)?", True
-        )
-    else:
-        section["fsdp_sharding_strategy"] = ask.select(
-            "Which sharding strategy?",
-            _choices(description, "fsdp_sharding_strategy"),
-            "FULL_SHARD",
-        )
-    section["fsdp_offload_params"] = ask.confirm("Offload parameters and gradients to CPU?", False)
-    policy = ask.select(
-        "How should modules be wrapped?",
-        _choices(description, "fsdp_auto_wrap_policy"),
-        "TRANSFORMER_BASED_WRAP",
-    )
-    section["fsdp_auto_wrap_policy"] = policy
-    if policy == "TRANSFORMER_BASED_WRAP":
-        layers = ask.text(
-            "Layer class names to wrap, comma-separated (empty: the model's _no_split_modules):", ""
-        )
-        if layers.strip():
-            section["fsdp_transformer_layer_cls_to_wrap"] = layers.strip()
-    elif policy == "SIZE_BASED_WRAP":
-        section["fsdp_min_num_params"] = ask.integer("Minimum parameters per unit?", 100000000, 1)
-    section["fsdp_state_dict_type"] = ask.select(
-        "Checkpoint layout?", _choices(description, "fsdp_state_dict_type"), "SHARDED_STATE_DICT"
-    )
-    section["fsdp_cpu_ram_efficient_loading"] = ask.confirm("Load weights on rank 0 only?", True)
-    section["fsdp_activation_checkpointing"] = ask.confirm("Use activation checkpointing?", False)
-    return section
-
-
-def _xla(ask: _Asker, description: EngineDescription) -> dict[str, Any]:
-    return {"downcast_bf16": ask.confirm("Under bf16, store float64 tensors as bf16 too?", False)}
+def _engine_answers(ask: _Asker, description: EngineDescription) -> dict[str, OptionValue]:
+    """Ask the engine's ``config_questions`` in order, each when its condition holds; the stored
+    answers, by key."""
+    answers: dict[str, OptionValue] = {}
+    stored: dict[str, OptionValue] = {}
+    for question in description.config_questions:
+        if not question.applies(answers):
+            continue
+        answer = _answer(ask, description, question)
+        if question.omit_empty and isinstance(answer, str):
+            answer = answer.strip()
+        answers[question.key] = answer
+        if question.stored and not (question.omit_empty and answer == ""):
+            stored[question.key] = answer
+    return stored
 
 
 #: Accelerate's questions about sizes, by mesh dimension (it asks none about ``sp``); the other
@@ -184,15 +167,6 @@ def _parallelism(ask: _Asker) -> dict[str, Any]:
             "allgather",
         )
     return section
-
-
-#: The questions asked for an engine, by strategy name, and whether it runs on GPUs; an engine
-#: not listed here gets no questions of its own.
-_ENGINE_QUESTIONS: dict[str, tuple[Callable[[_Asker, Any], dict[str, Any]], bool]] = {
-    "deepspeed": (_deepspeed, True),
-    "fsdp": (_fsdp, True),
-    "xla": (_xla, False),
-}
 
 
 def _engine_kinds() -> dict[str, EngineDescription]:
@@ -230,9 +204,8 @@ def ask_config() -> dict[str, Any]:
     kind = choices[label]
     config["distributed_type"] = kind
     described = engine_kinds.get(kind)
-    questions, on_gpus = _ENGINE_QUESTIONS.get(described.name if described else "", (None, True))
-    if described is not None and questions is not None:
-        answers = questions(ask, described)
+    if described is not None and described.config_questions:
+        answers = _engine_answers(ask, described)
         if described.config_section:
             config[described.config_section] = answers
         else:
@@ -255,7 +228,7 @@ def ask_config() -> dict[str, Any]:
         config["debug"] = ask.confirm(
             "Check shapes and dtypes across ranks before each collective (debug mode)?", False
         )
-    gpu_kind = kind == "MULTI_GPU" or (described is not None and on_gpus)
+    gpu_kind = kind == "MULTI_GPU" or (described is not None and described.runs_on_gpus)
     if gpu_kind or (kind == "NO" and not config["use_cpu"]):
         config["gpu_ids"] = ask.text(
             "Which GPUs of this machine (ids, comma-separated)?",

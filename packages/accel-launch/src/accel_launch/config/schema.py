@@ -11,9 +11,12 @@ import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel_launch.errors import ConfigError
+
+if TYPE_CHECKING:
+    from accel_core.engine_description import EngineDescription
 
 # The launcher's one list of mixed-precision modes. accel_ops.launch_environment has the same
 # tuple for the torch side; the launcher can't import it (no torch at start-up), and
@@ -58,6 +61,9 @@ class Field:
     scalars: bool = False
     #: the smallest value an ``int`` takes (0 when unset)
     minimum: int | None = None
+    #: a ``str`` with choices that also takes a choice's number, counted from 1 (an engine's
+    #: launch option with ``numbered_choices``: FSDP's ``fsdp_sharding_strategy: 1``)
+    numbered: bool = False
 
 
 def _f(kind: str, choices: tuple[Any, ...] | None = None, help: str = "") -> Field:
@@ -197,21 +203,27 @@ BASE_SECTIONS: dict[str, dict[str, Field]] = {
 _KINDS = {"flag": "bool"}
 
 
-def _engines() -> Mapping[str, Any]:
+def _engines() -> Mapping[str, EngineDescription]:
     from accel_launch.launch.engines import installed
 
     return installed()
 
 
-def engine_fields(description: Any) -> dict[str, Field]:
-    """The keys of an engine's config-file section (or top-level keys, without one)."""
+def engine_fields(description: EngineDescription) -> dict[str, Field]:
+    """The keys of an engine's config-file section (or top-level keys, without one): its launch
+    options, its other config keys, then the older names of keys (``renamed_config_keys``),
+    each read like the key that replaced it."""
     fields: dict[str, Field] = {}
     for option in description.launch_options:
         kind = _KINDS.get(option.kind, option.kind)
         free_text = kind == "str" and option.choices is None
-        fields[option.section_key] = Field(kind, option.choices, True, option.help, free_text)
+        fields[option.section_key] = Field(
+            kind, option.choices, True, option.help, free_text, numbered=option.numbered_choices
+        )
     for key, spec in description.config_keys.items():
         fields[key] = Field(spec.kind, spec.choices, True, spec.help)
+    for old, new in description.renamed_config_keys.items():
+        fields.setdefault(old, replace(fields[new], help=f"older name of {new}"))
     return fields
 
 
@@ -304,7 +316,7 @@ def coerce(where: str, key: str, value: object, spec: Field) -> object:
             raise _bad_value(where, key, value, "a number") from None
     if kind == "str":
         if (
-            key.endswith("fsdp_sharding_strategy")  # Accelerate's older files: 1 = FULL_SHARD ...
+            spec.numbered  # Accelerate's older files: fsdp_sharding_strategy 1 = FULL_SHARD ...
             and isinstance(value, int)
             and not isinstance(value, bool)
             and spec.choices is not None
@@ -346,8 +358,9 @@ def validate(config: object, where: str = "config file") -> dict[str, Any]:
     ``where`` names the file in messages. The keys are Accelerate's, ``strategy``, and those the
     installed engines describe (their ``distributed_type`` values and config-file sections); an
     empty section of an engine not installed is kept as it is. ``downcast_bf16`` also accepts
-    Accelerate's older ``'no'``/``'yes'`` strings. ``fsdp_sharding_strategy`` also accepts
-    Accelerate's older numbers (1 = FULL_SHARD ... 5 = HYBRID_SHARD_ZERO2).
+    Accelerate's older ``'no'``/``'yes'`` strings. An engine's option with numbered choices also
+    takes a choice's number (FSDP's ``fsdp_sharding_strategy``: 1 = FULL_SHARD ... 5 =
+    HYBRID_SHARD_ZERO2), and an older key an engine renamed is read like the newer one.
     """
     if config is None:
         return {}
