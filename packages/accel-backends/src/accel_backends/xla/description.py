@@ -1,7 +1,9 @@
 """How the ``xla`` engine describes itself (torch-free: ``accel launch`` reads it).
 
 See :class:`accel_core.engine_description.EngineDescription`. Its one launch option,
-``downcast_bf16``, is a top-level key of the config file (the engine has no section).
+``downcast_bf16``, is a top-level key of the config file (the engine has no section). Its random
+number generator (:mod:`accel_backends.xla.rng`) is what accel-core's ``set_seed`` and
+``synchronize_rng_state("xla")`` seed and synchronise.
 """
 
 from __future__ import annotations
@@ -28,4 +30,5 @@ DESCRIPTION = EngineDescription(
     launch_flag_aliases=("--tpu",),
     launch_options=_LAUNCH_OPTIONS,
     dimensions=(DP_REPLICATE,),
+    random_generator="accel_backends.xla.rng:GENERATOR",
 )
