@@ -5,7 +5,7 @@ import accel_backends
 
 
 def test_installs_with_its_declared_version():
-    assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == "0.4.3"
+    assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == "0.4.4"
 
 
 def test_registers_the_fsdp_deepspeed_and_xla_strategies():
