@@ -8,8 +8,6 @@ available (``accel_ops.is_torch_xla_available``: installed, and not turned off w
 
 from __future__ import annotations
 
-from typing import ClassVar
-
 from accel_ops import is_torch_xla_available
 
 
@@ -17,9 +15,10 @@ class XLAGenerator:
     """torch_xla's generator (``xm.set_rng_state`` / ``xm.get_rng_state``), as Accelerate's
     ``set_seed`` and ``synchronize_rng_state(RNGType.XLA)`` use it."""
 
-    rng_type: ClassVar[str] = "xla"
-    #: What ``synchronize_rng_state("xla")`` says is missing without torch_xla (Accelerate's words).
-    requirement: ClassVar[str] = "torch_xla: pip install torch_xla"
+    rng_type: str = "xla"
+    #: What ``synchronize_rng_state("xla")`` says is missing without torch_xla (the words of
+    #: accel-core 0.4.4, which imported torch_xla itself).
+    requirement: str = "torch_xla: pip install torch_xla"
 
     def is_available(self) -> bool:
         """Whether torch_xla can be used in this process."""
