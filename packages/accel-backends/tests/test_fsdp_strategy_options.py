@@ -49,6 +49,15 @@ def test_fsdp_version_1_is_taken_from_the_plugin_or_the_options():
     assert not FSDPStrategy().fsdp1  # the strategy's own default is FSDP2
 
 
+def test_the_strategy_answers_accelerates_is_fsdp2_from_its_plugin():
+    # AcceleratorState.is_fsdp2 reads this answer; accel-core reads no FSDP plugin field
+    assert FSDPStrategy().compat_flags == frozenset({"is_fsdp2"})
+    assert FSDPStrategy(plugin=FullyShardedDataParallelPlugin(fsdp_version=2)).compat_flags == {
+        "is_fsdp2"
+    }
+    assert FSDPStrategy(fsdp_version=1).compat_flags == frozenset()
+
+
 def test_local_state_dicts_are_refused_naming_the_setting_to_use():
     plugin = FullyShardedDataParallelPlugin(fsdp_version=1, state_dict_type="LOCAL_STATE_DICT")
     with pytest.raises(ValueError, match=r"LOCAL_STATE_DICT is not supported.*SHARDED_STATE_DICT"):

@@ -65,3 +65,26 @@ def test_processes_and_replicas_must_be_the_same():
         check_world(tpu, 1, 0)
     check_world(tpu, 4, 2)  # torchrun on a TPU host: the same world
     check_world(cpu, 1, 0)
+
+
+def test_the_xla_description_names_its_random_generator_for_seeding():
+    # accel-core's set_seed / synchronize_rng_state("xla") use it; it imports no torch_xla here
+    from accel_backends.xla.description import DESCRIPTION
+    from accel_backends.xla.rng import GENERATOR
+    from accel_core.engine_description import load_hook
+
+    assert load_hook(DESCRIPTION.random_generator) is GENERATOR
+    assert GENERATOR.rng_type == "xla"
+    assert GENERATOR.is_available() == accel_ops.is_torch_xla_available()
+    with pytest.raises(TypeError, match="an int seed"):
+        GENERATOR.set_rng_state("3")
+
+
+@pytest.mark.skipif(HAS_TORCH_XLA, reason="torch_xla is installed in this environment")
+def test_without_torch_xla_synchronizing_its_generator_says_what_to_install():
+    from accel_core import set_seed, synchronize_rng_state
+
+    set_seed(3)  # XLA's generator is left alone without torch_xla
+    with pytest.raises(ValueError) as caught:
+        synchronize_rng_state("xla")
+    assert str(caught.value) == "rng_type='xla' needs torch_xla: pip install torch_xla."

@@ -24,6 +24,7 @@ from accel_core import (
     ProfileKwargs,
     skip_first_batches,
 )
+from accel_core.engine_description import EngineDescription
 from accel_core.out_of_scope import OutOfScopeError
 from accel_core.state import AcceleratorState
 
@@ -161,26 +162,46 @@ class _Plugin:
     """Stands for a DeepSpeedPlugin / FullyShardedDataParallelPlugin (accel-backends)."""
 
 
-@pytest.mark.parametrize(
-    ("keyword", "engine", "name"),
-    [
-        ("deepspeed_plugin", "DeepSpeed", "deepspeed"),
-        ("deepspeed_plugins", "DeepSpeed", "deepspeed"),
-        ("fsdp_plugin", "FSDP", "fsdp"),
-    ],
-)
-def test_a_strategy_plugin_without_its_strategy_says_it_is_not_built(
-    keyword, engine, name, monkeypatch
-):
+def _with_plugin_engines(monkeypatch, *descriptions) -> None:
+    """The engines whose descriptions claim plugin keywords are exactly ``descriptions``,
+    whatever accel-backends provides in this environment."""
     from accel_core import engine_options
+    from accel_core.built_in_engines import BUILT_IN
+
+    found = {**BUILT_IN, **{d.name: d for d in descriptions}}
+    monkeypatch.setattr(engine_options, "strategy_descriptions", lambda: found)
+
+
+#: How the engines of accel-backends claim Accelerate's plugin keywords (their descriptions).
+_DEEPSPEED = EngineDescription(
+    name="deepspeed",
+    title="DeepSpeed",
+    strategy="accel_core.strategies.single_device:SingleDeviceStrategy",
+    install="accel-backends[deepspeed]",
+    plugin_keywords=("deepspeed_plugin", "deepspeed_plugins"),
+)
+_FSDP = EngineDescription(
+    name="fsdp",
+    title="FSDP",
+    strategy="accel_core.strategies.single_device:SingleDeviceStrategy",
+    install="accel-backends",
+    plugin_keywords=("fsdp_plugin",),
+)
+
+
+@pytest.mark.parametrize("keyword", ["deepspeed_plugin", "deepspeed_plugins", "fsdp_plugin"])
+def test_a_strategy_plugin_without_its_strategy_says_what_to_install(keyword, monkeypatch):
+    from accel_core import engine_options
+    from accel_core.built_in_engines import ENGINE_HINT
 
     # Only the built-in strategies, whatever accel-backends provides in this environment.
+    _with_plugin_engines(monkeypatch)
     monkeypatch.setattr(engine_options, "available_strategies", lambda: ["ddp", "single_device"])
     with pytest.raises(NotImplementedError) as error:
         Accelerator(**{keyword: _Plugin()})
     message = str(error.value)
-    assert f"accel-backends does not provide the {engine} strategy yet" in message
-    assert f"chooses the {name!r} strategy" in message and "'single_device'" in message
+    assert f"no installed strategy takes {keyword}" in message and "'single_device'" in message
+    assert ENGINE_HINT in message and "pip install accel-backends" in message
     assert not AcceleratorState._shared_state  # refused before the process state was built
 
 
@@ -197,6 +218,7 @@ def test_a_strategy_plugin_chooses_its_registered_strategy(monkeypatch):
             super().__init__(kwargs_handlers)
             received["plugin"] = plugin
 
+    _with_plugin_engines(monkeypatch, _DEEPSPEED)
     monkeypatch.setitem(registry._registered, "deepspeed", FakeDeepSpeed)
     plugins = {"a": _Plugin(), "b": _Plugin()}
     accelerator = Accelerator(deepspeed_plugins=plugins)
@@ -204,7 +226,8 @@ def test_a_strategy_plugin_chooses_its_registered_strategy(monkeypatch):
     assert accelerator.state.deepspeed_plugins is plugins
 
 
-def test_two_deepspeed_spellings_or_two_engines_are_refused():
+def test_two_deepspeed_spellings_or_two_engines_are_refused(monkeypatch):
+    _with_plugin_engines(monkeypatch, _DEEPSPEED, _FSDP)
     with pytest.raises(ValueError, match="deepspeed_plugin and deepspeed_plugins"):
         Accelerator(deepspeed_plugin=_Plugin(), deepspeed_plugins=_Plugin())
     with pytest.raises(ValueError, match="DeepSpeed plugin and an FSDP plugin"):
@@ -291,13 +314,31 @@ def test_parallelism_config_beyond_data_parallelism_is_refused(sizes, error, tex
     assert AcceleratorState().strategy is None  # refused before any strategy was chosen
 
 
-def test_a_sharding_config_chooses_the_sharding_strategy_and_refuses_others():
+def test_a_sharding_config_chooses_the_sharding_strategy_and_refuses_others(monkeypatch):
+    from accel_core.built_in_engines import BUILT_IN, ENGINE_HINT
     from accel_core.parallelism import check_strategy
-    from accel_core.strategies import create_strategy
+    from accel_core.strategies import UnknownStrategyError, create_strategy, resolver
     from accel_core.strategies.resolver import default_strategy_name
 
-    assert default_strategy_name(2, sharded=True) == "fsdp"
+    # the installed engine that shards by default (accel-backends' fsdp), here a stand-in
+    sharding = EngineDescription(
+        name="sharding",
+        title="Sharding",
+        strategy="accel_core.strategies.single_device:SingleDeviceStrategy",
+        install="sharding-engine",
+        shards_by_default=True,
+    )
+    monkeypatch.setattr(
+        resolver, "strategy_descriptions", lambda: {**BUILT_IN, "sharding": sharding}
+    )
+    assert default_strategy_name(2, sharded=True) == "sharding"
     assert default_strategy_name(2) == "ddp"
+    monkeypatch.setattr(resolver, "strategy_descriptions", lambda: dict(BUILT_IN))
+    with pytest.raises(
+        UnknownStrategyError, match="no installed strategy shards by default"
+    ) as error:
+        default_strategy_name(2, sharded=True)
+    assert ENGINE_HINT in str(error.value)  # the fsdp strategy: pip install accel-backends
     ddp = create_strategy("ddp")
     check_strategy(_ParallelismConfig(dp_replicate_size=2), ddp)  # replicas: ddp's own mesh
     message = (

@@ -73,6 +73,15 @@ EP_ENGINE = EngineDescription(
     dimensions=(DP_REPLICATE, EP),
 )
 
+#: An engine that shards by default (what accel-backends' fsdp is).
+SHARDING_ENGINE = EngineDescription(
+    name="sharding_engine",
+    title="Sharding",
+    strategy=f"{__name__}:PipelineStrategy",
+    install="sharding-engine",
+    shards_by_default=True,
+)
+
 
 @dataclass
 class _Config:
@@ -122,13 +131,23 @@ def test_a_new_dimension_counts_towards_the_world_size(third_party_engines):
     check_sizes(_Config(pp_size=2, ep_size=2), 4)
 
 
-def test_a_new_dimension_chooses_the_engine_that_declares_it(third_party_engines):
+def test_a_new_dimension_chooses_the_engine_that_declares_it(third_party_engines, monkeypatch):
     assert needed_dimensions(_Config(pp_size=2, dp_replicate_size=2)) == {"pp"}
     assert default_strategy_name(4, needed=frozenset({"pp"})) == "pp_engine"
     assert default_strategy_name(4, needed=frozenset({"ep"})) == "ep_engine"
     assert default_strategy_name(4, needed=frozenset({"pp", "tp"})) == "ddp"  # none runs both
     # none runs both, and ep's strategy builds the mesh: the sharding engine, as for dp_shard
-    assert default_strategy_name(4, needed=frozenset({"pp", "ep"})) == "fsdp"
+    # (accel-backends' fsdp; here a stand-in, the only installed engine that shards by default)
+    found = {
+        name: entry_point
+        for name, entry_point in registry._entry_points().items()
+        if not entry_point.value.startswith("accel_backends")
+    }
+    found["sharding_engine"] = importlib.metadata.EntryPoint(
+        name="sharding_engine", value=f"{__name__}:SHARDING_ENGINE", group=ENTRY_POINT_GROUP
+    )
+    monkeypatch.setattr(registry, "_entry_points", lambda: found)
+    assert default_strategy_name(4, needed=frozenset({"pp", "ep"})) == "sharding_engine"
 
 
 def test_a_new_dimension_is_refused_at_prepare_under_a_strategy_that_does_not_run_it(

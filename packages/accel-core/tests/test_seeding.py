@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import random
+import sys
+import types
 
 import pytest
 import torch
 
+from accel_core import engine_description
+from accel_core.built_in_engines import ENGINE_HINT
+from accel_core.engine_description import EngineDescription
 from accel_core.seeding import set_seed, synchronize_rng_state, synchronize_rng_states
 from accel_testing import run_workers
 
@@ -86,6 +91,84 @@ def test_one_process_synchronisation_leaves_the_state_alone():
     assert torch.equal(torch.get_rng_state(), before)
 
 
+class _EngineGenerator:
+    """An engine's own generator (what accel-backends' ``accel_backends.xla.rng`` is for XLA)."""
+
+    rng_type = "xla"
+    requirement = "fake_xla: pip install fake-xla"
+
+    def __init__(self, state: int = 0, available: bool = True) -> None:
+        self.state, self.available, self.calls = state, available, []
+
+    def is_available(self) -> bool:
+        return self.available
+
+    def manual_seed(self, seed: int) -> None:
+        self.calls.append(("manual_seed", seed))
+        self.state = seed
+
+    def get_rng_state(self) -> int:
+        self.calls.append(("get_rng_state",))
+        return self.state
+
+    def set_rng_state(self, state: object) -> None:
+        self.calls.append(("set_rng_state", state))
+        self.state = state
+
+
+def _install_engine_generator(generator: _EngineGenerator, setitem) -> None:
+    """An installed engine whose description names ``generator`` (``random_generator``), and no
+    other engine: ``setitem(mapping, key, value)`` (``monkeypatch.setitem`` in a test)."""
+    module = types.ModuleType("fake_engine_rng")
+    module.GENERATOR = generator
+    setitem(sys.modules, "fake_engine_rng", module)
+    description = EngineDescription(
+        name="fake_xla",
+        title="Fake XLA",
+        strategy="accel_core.strategies.single_device:SingleDeviceStrategy",
+        install="fake-xla",
+        random_generator="fake_engine_rng:GENERATOR",
+    )
+    setitem(vars(engine_description), "installed_engines", lambda: {"fake_xla": description})
+
+
+def test_set_seed_seeds_an_installed_engines_generator_when_it_is_available(monkeypatch):
+    generator = _EngineGenerator()
+    _install_engine_generator(generator, monkeypatch.setitem)
+    set_seed(11)
+    assert generator.calls == [("manual_seed", 11)]
+    generator.available, generator.calls = False, []
+    set_seed(12)
+    assert generator.calls == []  # not there (torch_xla missing): left alone, no error
+
+
+def test_synchronizing_an_engines_generator_checks_it_and_does_nothing_on_one_process(
+    monkeypatch,
+):
+    generator = _EngineGenerator(available=False)
+    _install_engine_generator(generator, monkeypatch.setitem)
+    with pytest.raises(ValueError) as caught:
+        synchronize_rng_state("xla")
+    assert str(caught.value) == "rng_type='xla' needs fake_xla: pip install fake-xla."
+    with pytest.raises(ValueError, match="choose one of torch, cuda, xla, generator"):
+        synchronize_rng_state("npu")
+    generator.available = True
+    synchronize_rng_states(["xla", "torch"])
+    assert generator.calls == []
+
+
+def test_without_an_engine_that_owns_it_a_generator_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(engine_description, "installed_engines", dict)
+    with pytest.raises(ValueError) as caught:
+        synchronize_rng_state("xla")
+    message = str(caught.value)
+    assert message.startswith("rng_type='xla' can't be synchronized; choose one of torch, cuda, ")
+    assert ENGINE_HINT in message
+    with pytest.raises(ValueError) as caught:
+        synchronize_rng_state("dice")  # not a generator Accelerate knows: no install hint
+    assert ENGINE_HINT not in str(caught.value)
+
+
 def seeding_worker():
     """Each rank reports its draws for: same seed, device-specific seed, synchronised states."""
     from accel_ops import PartialState
@@ -103,6 +186,13 @@ def seeding_worker():
     report["after_sync"] = torch.rand(4).tolist()
     report["generator"] = torch.rand(4, generator=generator).tolist()
     synchronize_rng_state(generator=generator)  # None: the generator, since one is given
+    # an installed engine's own generator: rank 0's state reaches every process
+    engine_generator = _EngineGenerator(state=1000 + state.process_index)
+    _install_engine_generator(
+        engine_generator, lambda mapping, key, value: mapping.update({key: value})
+    )
+    synchronize_rng_state("xla")
+    report["engine_generator"] = [engine_generator.state, engine_generator.calls]
     print(json.dumps(report))
     state.destroy_process_group()
 
@@ -128,3 +218,5 @@ def test_seeding_across_two_processes():
     assert (
         rank0["generator"] == torch.rand(4, generator=torch.Generator().manual_seed(100)).tolist()
     )
+    assert rank0["engine_generator"] == [1000, [["get_rng_state"], ["set_rng_state", 1000]]]
+    assert rank1["engine_generator"] == [1000, [["get_rng_state"], ["set_rng_state", 1000]]]

@@ -267,6 +267,12 @@ class _PluginStrategy(SingleDeviceStrategy):
         super().__init__()
         self.plugin = plugin
 
+    @property
+    def compat_flags(self) -> frozenset[str]:
+        # as accel-backends' fsdp strategy answers Accelerate's is_fsdp2, from its plugin
+        version = getattr(self.plugin, "fsdp_version", None)
+        return frozenset({"is_fsdp2"}) if version == 2 else frozenset()
+
 
 def test_a_strategy_chosen_without_a_plugin_shows_its_own_in_the_state_slot():
     plugin = types.SimpleNamespace(fsdp_version=2)

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from accel_core.engine_description import EngineDescription
 
 SINGLE_DEVICE = EngineDescription(
@@ -29,23 +27,17 @@ DDP = EngineDescription(
 BUILT_IN = {description.name: description for description in (SINGLE_DEVICE, DDP)}
 
 
-class ProvidedElsewhere(NamedTuple):
-    """An engine another package provides, as far as accel-core's errors need to know it."""
+#: The one line accel-core's errors print when an engine is not installed here (a strategy name,
+#: an Accelerate plugin keyword, a sharding ``ParallelismConfig`` or an engine's random number
+#: generator that no installed package describes). An absent package cannot describe itself, so
+#: this is the only text in accel-core that names accel-backends' engines; everything else reads
+#: the installed descriptions.
+ENGINE_HINT = (
+    "Strategies come from packages that register an 'accel.strategies' entry point; "
+    "accel-backends provides fsdp (`pip install accel-backends`), deepspeed "
+    "(`pip install accel-backends[deepspeed]`) and xla (`pip install accel-backends[xla]`)."
+)
 
-    title: str
-    install: str
-    plugin_keywords: tuple[str, ...] = ()
-    shards_by_default: bool = False
-
-
-#: Engines of accel-backends, by strategy name. Only what happens while such an engine is *not*
-#: installed reads this table (an absent package cannot describe itself): the error that says
-#: what to install, the keyword of a plugin given without its engine, and the name a sharding
-#: ``ParallelismConfig`` asks for. Everything else reads the installed descriptions.
-PROVIDED_ELSEWHERE = {
-    "deepspeed": ProvidedElsewhere(
-        "DeepSpeed", "accel-backends[deepspeed]", ("deepspeed_plugin", "deepspeed_plugins")
-    ),
-    "fsdp": ProvidedElsewhere("FSDP", "accel-backends", ("fsdp_plugin",), shards_by_default=True),
-    "xla": ProvidedElsewhere("XLA", "accel-backends[xla]"),
-}
+#: The distribution :data:`ENGINE_HINT` points to: an error says which version of it is
+#: installed when the strategy asked for is still missing.
+ENGINE_PACKAGE = "accel-backends"

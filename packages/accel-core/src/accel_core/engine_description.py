@@ -112,6 +112,9 @@ class EngineDescription:
             (``ValueError`` otherwise).
         shards_by_default: chosen when a ``ParallelismConfig`` shards (``dp_shard_size > 1``)
             and nothing else names a strategy.
+        random_generator: ``"module:attribute"`` of the engine's own random number generator
+            (:class:`~accel_core.seeding.EngineRandomGenerator`), which ``set_seed`` seeds and
+            ``synchronize_rng_state`` synchronises under its ``rng_type``; imported only then.
         wrapper_classes: class names of the wrappers it puts around a model (each keeps the model
             under ``.module``), for ``extract_model_from_parallel``.
         parallelism_config_class: ``"module:attribute"`` of the ``ParallelismConfig`` class it
@@ -147,6 +150,7 @@ class EngineDescription:
     dimensions: tuple[MeshDimension, ...] = ()
     mesh_dimensions: frozenset[str] = frozenset()
     shards_by_default: bool = False
+    random_generator: str | None = None
     wrapper_classes: tuple[str, ...] = ()
     parallelism_config_class: str | None = None
     checkpoint_layouts: tuple[str, ...] = ()

@@ -6,8 +6,9 @@ accepted, so ported calls keep working, and each is checked before the process s
 
 - a plugin keyword an engine's description claims (``plugin_keywords``: DeepSpeed's
   ``deepspeed_plugin`` / ``deepspeed_plugins``, FSDP's ``fsdp_plugin``) chooses that strategy.
-  While its engine is not installed, it raises ``NotImplementedError`` saying so and naming the
-  strategies installed.
+  A keyword no installed description claims (its engine is not installed) raises
+  ``NotImplementedError`` naming the keyword, the strategies installed and what to install
+  (:data:`~accel_core.built_in_engines.ENGINE_HINT`).
 - ``torch_tp_plugin`` (Accelerate's deprecated tensor-parallel plugin) is read as
   ``ParallelismConfig(tp_size=plugin.tp_size)``, with Accelerate's ``FutureWarning``
   (:func:`accel_core.parallelism.configured_parallelism`).
@@ -21,27 +22,28 @@ engine.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
 
-from accel_core.built_in_engines import PROVIDED_ELSEWHERE
+from accel_core.built_in_engines import ENGINE_HINT
+from accel_core.engine_description import EngineDescription
 from accel_core.out_of_scope import out_of_scope
 from accel_core.strategies import available_strategies, strategy_descriptions
 
 
-class _Engine(NamedTuple):
-    name: str
-    title: str
-    install: str
-
-
-def _engine_of(keyword: str) -> _Engine:
+def _engine_of(keyword: str) -> EngineDescription | None:
+    """The installed engine whose description claims the plugin keyword ``keyword``, else None."""
     for description in strategy_descriptions().values():
         if keyword in description.plugin_keywords:
-            return _Engine(description.name, description.title, description.install)
-    for name, engine in PROVIDED_ELSEWHERE.items():
-        if keyword in engine.plugin_keywords:
-            return _Engine(name, engine.title, engine.install)
-    raise TypeError(f"Accelerator got an unexpected keyword argument {keyword!r}")
+            return description
+    return None
+
+
+def _not_installed(keyword: str) -> NotImplementedError:
+    known = ", ".join(repr(n) for n in available_strategies())
+    return NotImplementedError(
+        f"{keyword} chooses a strategy, and no installed strategy takes {keyword} (installed "
+        f"strategies: {known}). {ENGINE_HINT} Or leave {keyword} out: several processes train "
+        "with the ddp strategy."
+    )
 
 
 def _article(title: str) -> str:
@@ -54,15 +56,18 @@ def strategy_plugins(given: Mapping[str, object]) -> dict[str, object]:
     """The plugin of each strategy name, for :func:`~accel_core.strategies.resolve_strategy`,
     from the plugin keywords given to the Accelerator (``None``: not given).
 
-    Two keywords of one engine (``deepspeed_plugin`` and ``deepspeed_plugins``, Accelerate's two
+    A keyword no installed engine claims is a NotImplementedError saying what to install. Two
+    keywords of one engine (``deepspeed_plugin`` and ``deepspeed_plugins``, Accelerate's two
     spellings) are a ValueError, as in Accelerate, and so are the plugins of two engines.
     """
     chosen: dict[str, tuple[str, object]] = {}
-    engines: dict[str, _Engine] = {}
+    engines: dict[str, EngineDescription] = {}
     for keyword, plugin in given.items():
         if plugin is None:
             continue
         engine = _engine_of(keyword)
+        if engine is None:
+            raise _not_installed(keyword)
         if engine.name in chosen:
             raise ValueError(
                 f"{chosen[engine.name][0]} and {keyword} were both given; pass one of them "
@@ -76,17 +81,6 @@ def strategy_plugins(given: Mapping[str, object]) -> dict[str, object]:
             f"{_article(first)} {first} plugin and {_article(second)} {second} plugin were both "
             "given; each chooses a strategy, pass one of them."
         )
-    installed = available_strategies() if engines else []  # entry points: read only when needed
-    for name, engine in engines.items():
-        if name not in installed:
-            provider = engine.install.split("[")[0]
-            known = ", ".join(repr(n) for n in installed)
-            raise NotImplementedError(
-                f"a {engine.title} plugin chooses the {name!r} strategy, and {provider} does not "
-                f"provide the {engine.title} strategy yet (installed strategies: {known}). Until "
-                f"it does, leave the {engine.title} plugin out: several processes train with the "
-                "ddp strategy."
-            )
     return {name: plugin for name, (_, plugin) in chosen.items()}
 
 
@@ -95,7 +89,7 @@ def refuse_out_of_scope(megatron_lm_plugin: object, mixed_precision: object) -> 
     if megatron_lm_plugin is not None:
         raise out_of_scope(
             "Megatron-LM (megatron_lm_plugin)",
-            "train with the ddp strategy, or with DeepSpeed or FSDP once accel-backends has them",
+            "train with the ddp strategy, or with a strategy of accel-backends",
         )
     if str(getattr(mixed_precision, "value", mixed_precision)).lower() == "fp8":
         raise out_of_scope('FP8 training (mixed_precision="fp8")', 'use "bf16" or "fp16"')

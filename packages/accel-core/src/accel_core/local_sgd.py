@@ -63,8 +63,8 @@ class LocalSGD:
             raise NotImplementedError(
                 f"LocalSGD needs a strategy that keeps the whole model on every process, and "
                 f"strategy {strategy.name!r} does not (its replicates_model is False): LocalSGD "
-                "averages whole copies of the model, which sharded or engine-managed models "
-                "(DeepSpeed, FSDP, XLA) don't keep. Use the ddp strategy."
+                "averages whole copies of the model, which sharded or engine-managed models don't "
+                "keep. Use the ddp strategy."
             )
         if isinstance(local_sgd_steps, bool) or not isinstance(local_sgd_steps, int):
             raise TypeError(f"local_sgd_steps must be an int >= 1, got {local_sgd_steps!r}")

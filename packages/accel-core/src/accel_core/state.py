@@ -35,7 +35,7 @@ class AcceleratorState:
         dynamo_plugin: the ``torch.compile`` settings.
         deepspeed_plugins, fsdp_plugin, torch_tp_plugin, megatron_lm_plugin: Accelerate's engine
             plugins as given to the Accelerator (None when not given); ``deepspeed_plugin`` and
-            ``is_fsdp2`` read them.
+            ``is_fsdp2`` read them (``is_fsdp2`` with the strategy's ``compat_flags``).
         parallelism_config, device_mesh: the ``ParallelismConfig`` and torch's ``DeviceMesh``
             built from it (None without one).
         partial: the underlying ``accel_ops.PartialState``; ``num_processes``, ``process_index``,
@@ -149,12 +149,19 @@ class AcceleratorState:
 
     @property
     def is_fsdp2(self) -> bool:
-        """Whether the strategy was created from the FSDP plugin, of ``fsdp_version`` 2."""
-        return (
-            self.fsdp_plugin is not None
-            and self._strategy_built_from(self.fsdp_plugin)
-            and getattr(self.fsdp_plugin, "fsdp_version", None) == 2
-        )
+        """Whether the strategy was created from the FSDP plugin, of ``fsdp_version`` 2: the
+        strategy says so (``"is_fsdp2"`` in its ``compat_flags``)."""
+        return self._strategy_answers("is_fsdp2")
+
+    def _strategy_answers(self, question: str) -> bool:
+        """Whether the chosen strategy has ``question`` among its ``compat_flags`` and was
+        created from the plugin this state holds in the strategy's ``plugin_slot``."""
+        strategy = self.strategy
+        if question not in getattr(strategy, "compat_flags", ()):
+            return False
+        slot = getattr(strategy, "plugin_slot", None)
+        plugin = getattr(self, slot, None) if slot is not None else None
+        return plugin is not None and self._strategy_built_from(plugin)
 
     def destroy_process_group(self, group: Any = None) -> None:
         """Destroy ``group`` (default: the default group), through the process state: works

@@ -167,6 +167,12 @@ class FSDPStrategy(Strategy):
         """Whether this is FSDP version 1 (``FullyShardedDataParallel``)."""
         return self.fsdp_version == 1
 
+    @property
+    def compat_flags(self) -> frozenset[str]:
+        """``{"is_fsdp2"}`` when the plugin's ``fsdp_version`` is 2 (Accelerate's
+        ``is_fsdp2``, which ``AcceleratorState`` reads from here), else none."""
+        return frozenset({"is_fsdp2"}) if self.plugin.fsdp_version == 2 else frozenset()
+
     # -- what each version does its own way ----------------------------------------------------
 
     def _shard_mesh(self, meshes: FSDPMeshes, num_processes: int) -> DeviceMesh | None:

@@ -2,7 +2,9 @@
 
 See :class:`accel_core.engine_description.EngineDescription`. Its one launch option,
 ``downcast_bf16``, is a top-level key of the config file (the engine has no section); it is also
-the one question ``accel config`` asks about it. Its processes run on XLA devices, not GPUs.
+the one question ``accel config`` asks about it. Its processes run on XLA devices, not GPUs. Its
+random number generator (:mod:`accel_backends.xla.rng`) is what accel-core's ``set_seed`` and
+``synchronize_rng_state("xla")`` seed and synchronise.
 """
 
 from __future__ import annotations
@@ -39,4 +41,5 @@ DESCRIPTION = EngineDescription(
         ),
     ),
     runs_on_gpus=False,
+    random_generator="accel_backends.xla.rng:GENERATOR",
 )

@@ -88,8 +88,8 @@ Call order, on every process, for one ``Accelerator``:
 
 Questions the rest of accel-core asks instead of comparing distribution types: ``multi_device``,
 ``replicates_model`` (LocalSGD), ``reduces_gradients_in_step`` (``GradientState``),
-``make_grad_scaler`` (``get_grad_scaler``), ``plugin`` (``AcceleratorState.deepspeed_plugin``,
-``is_fsdp2``).
+``make_grad_scaler`` (``get_grad_scaler``), ``plugin`` (``AcceleratorState.deepspeed_plugin``),
+``compat_flags`` (Accelerate's yes/no questions about the engine: ``is_fsdp2``).
 
 Optional abilities are small runtime-checkable protocols, tested with ``isinstance``:
 :class:`SupportsNoSync` (skip gradient synchronisation while accumulating), :class:`SupportsJoin`
@@ -194,6 +194,15 @@ class Strategy(ABC):
         """Whether processes of this strategy run on several accelerator devices (not CPUs);
         Accelerate's ``Accelerator.multi_device``."""
         return False
+
+    @property
+    def compat_flags(self) -> frozenset[str]:
+        """The names of Accelerate's yes/no questions about the engine that this strategy answers
+        yes to (``"is_fsdp2"``: ``AcceleratorState.is_fsdp2`` and ``Accelerator.is_fsdp2``, when
+        the strategy was created from the plugin in its ``plugin_slot``); every other name
+        answers no. Default: none. accel-core reads the answers by Accelerate's names and never
+        the engine's plugin fields."""
+        return frozenset()
 
     @property
     def distributed_sampler_kwargs(self) -> dict[str, int]:

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
 
-from accel_core.built_in_engines import BUILT_IN, PROVIDED_ELSEWHERE
+from accel_core.built_in_engines import BUILT_IN, ENGINE_HINT, ENGINE_PACKAGE
 from accel_core.engine_description import (
     ENTRY_POINT_GROUP,
     EngineDescription,
@@ -122,31 +122,23 @@ def get_strategy_factory(name: str) -> Callable[..., Strategy]:
         if description.name in _registered:
             return _registered[description.name]
         return cast("Callable[..., Strategy]", description.load_strategy())
-    raise UnknownStrategyError(_unknown_message(name, key))
+    raise UnknownStrategyError(_unknown_message(name))
 
 
-def _unknown_message(name: str, key: str) -> str:
+def _unknown_message(name: str) -> str:
+    """What an error says about the strategy ``name`` no installed package provides: the installed
+    strategies, the installed version of ``ENGINE_PACKAGE`` (if any) and ``ENGINE_HINT``, what to
+    install (:mod:`accel_core.built_in_engines`)."""
     known = ", ".join(repr(n) for n in available_strategies())
-    if key in PROVIDED_ELSEWHERE:
-        requirement = PROVIDED_ELSEWHERE[key].install
-        provider = requirement.split("[")[0]
-        installed = installed_version(provider)
-        if installed is not None:
-            return (
-                f"strategy {name!r}: {provider} {installed} is installed but does not provide "
-                f"the {name} strategy yet. Installed strategies: {known}."
-            )
-        return (
-            f"strategy {name!r} is not installed. Install it with `pip install {requirement}`. "
-            f"Installed strategies: {known}."
-        )
-    elsewhere = ", ".join(
-        f"{engine.title} with `pip install {engine.install}`"
-        for engine in PROVIDED_ELSEWHERE.values()
+    installed = installed_version(ENGINE_PACKAGE)
+    provider = (
+        f"; {ENGINE_PACKAGE} {installed} is installed but does not provide the {name} strategy"
+        if installed is not None
+        else ""
     )
     return (
-        f"unknown strategy {name!r}. Installed strategies: {known}. Strategies come from "
-        f"packages that register an {ENTRY_POINT_GROUP!r} entry point; {elsewhere}."
+        f"strategy {name!r} is not installed{provider}. Installed strategies: {known}. "
+        f"{ENGINE_HINT}"
     )
 
 

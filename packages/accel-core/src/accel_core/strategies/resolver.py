@@ -9,9 +9,14 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from accel_core.built_in_engines import PROVIDED_ELSEWHERE
+from accel_core.built_in_engines import ENGINE_HINT
 from accel_core.strategies.base import Strategy
-from accel_core.strategies.registry import create_strategy, strategy_descriptions
+from accel_core.strategies.registry import (
+    UnknownStrategyError,
+    available_strategies,
+    create_strategy,
+    strategy_descriptions,
+)
 
 if TYPE_CHECKING:
     from accel_core.kwargs_handlers import KwargsHandler
@@ -20,11 +25,16 @@ if TYPE_CHECKING:
 def sharding_strategy_name() -> str:
     """The strategy a ``ParallelismConfig`` with ``dp_shard_size > 1`` chooses when neither the
     code nor the launch names one: the installed engine whose description says
-    ``shards_by_default`` (FSDP2 of accel-backends), else the name of the one to install."""
+    ``shards_by_default`` (FSDP2 of accel-backends). Raises :class:`UnknownStrategyError` saying
+    what to install when no installed engine does."""
     for description in strategy_descriptions().values():
         if description.shards_by_default:
             return description.name
-    return next(name for name, engine in PROVIDED_ELSEWHERE.items() if engine.shards_by_default)
+    known = ", ".join(repr(n) for n in available_strategies())
+    raise UnknownStrategyError(
+        "the ParallelismConfig shards the model, and no installed strategy shards by default "
+        f"(installed strategies: {known}). {ENGINE_HINT}"
+    )
 
 
 def mesh_strategy_name(needed: frozenset[str]) -> str | None:
