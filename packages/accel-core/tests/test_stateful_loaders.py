@@ -169,6 +169,21 @@ def test_a_subclass_keeps_its_own_methods():
 
 
 @pytest.mark.parametrize("loader_class", LOADER_CLASSES, ids=IDS)
+def test_the_factory_and_the_class_call_build_the_same_class(loader_class):
+    from accel_core.data_loader.factory import build_loader
+    from accel_core.data_loader.factory import loader_class as chosen_class
+
+    built = build_loader(loader_class, list(range(8)), batch_size=4, use_stateful_dataloader=True)
+    called = loader_class(list(range(8)), batch_size=4, use_stateful_dataloader=True)
+    assert type(built) is type(called) is chosen_class(loader_class, True)
+    assert isinstance(built, loader_class) and isinstance(built, StatefulDataLoader)
+    assert built.use_stateful_dataloader
+    plain = build_loader(loader_class, list(range(8)), batch_size=4)
+    assert type(plain) is loader_class and not plain.use_stateful_dataloader
+    assert _values(built) == _values(plain) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+@pytest.mark.parametrize("loader_class", LOADER_CLASSES, ids=IDS)
 def test_stateful_loaders_pickle_with_their_position(loader_class):
     loader = loader_class(list(range(12)), batch_size=3, use_stateful_dataloader=True)
     _values(loader, 1)

@@ -8,6 +8,9 @@ resumes mid-epoch. See docs/guides/data-loading.md.
 
 from accel_core.data_loader.batch_sampler import BatchSamplerShard
 from accel_core.data_loader.dispatcher import DataLoaderDispatcher
+
+# The factory registers how `DataLoaderShard(..., use_stateful_dataloader=True)` finds its class.
+from accel_core.data_loader.factory import build_loader as _build_loader  # noqa: F401
 from accel_core.data_loader.iterable_shard import IterableDatasetShard
 from accel_core.data_loader.loader_state import DataLoaderStateMixin
 from accel_core.data_loader.prepare import is_prepared_data_loader, prepare_data_loader

@@ -1,8 +1,23 @@
-"""What every prepared loader shares: registration with GradientState and DataLoader settings."""
+"""What every prepared loader shares: registration with GradientState and DataLoader settings.
+
+This module is the bottom of the data-loader package: it imports none of the other modules.
+
+Why :class:`DataLoaderStateMixin` keeps a ``__new__``: Accelerate's spelling
+``DataLoaderShard(dataset, ..., use_stateful_dataloader=True)`` must give an instance that is also
+a torchdata ``StatefulDataLoader``, so that class call has to return an instance of another class
+(the stateful counterpart). Python lets a class call do that in only two places: the class's
+``__new__`` or its metaclass's ``__call__``. A metaclass would be the heavier hook (every subclass
+gets it, and a user subclass mixing in a class with another metaclass fails with a metaclass
+conflict), so ``__new__`` stays, reduced to one lookup. The choice itself is an explicit factory,
+:func:`accel_core.data_loader.factory.build_loader`, which accel's own code calls; the stateful
+classes are subclasses of the loaders (they sit above them), so the factory registers its lookup
+here (:func:`register_stateful_lookup`) instead of this module importing upward.
+"""
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from torch.utils.data import DataLoader
@@ -29,6 +44,17 @@ def dataloader_kwargs(dataloader: DataLoader) -> dict[str, Any]:
     }
 
 
+#: The stateful counterpart of a loader class; registered by accel_core.data_loader.factory,
+#: which the package imports.
+_stateful_lookup: Callable[[type], type] | None = None
+
+
+def register_stateful_lookup(lookup: Callable[[type], type]) -> None:
+    """Make ``cls(..., use_stateful_dataloader=True)`` build ``lookup(cls)`` instead of ``cls``."""
+    global _stateful_lookup
+    _stateful_lookup = lookup
+
+
 class _ThisLoader:
     """``base_dataloader``: the instance it is read on; an AttributeError on the class."""
 
@@ -49,6 +75,8 @@ class DataLoaderStateMixin:
     subclass (:mod:`accel_core.data_loader.stateful`), which is also a torchdata
     ``StatefulDataLoader``: ``DataLoaderShard(..., use_stateful_dataloader=True)`` is a
     ``DataLoaderShard`` whose ``state_dict()`` / ``load_state_dict()`` resume inside the epoch.
+    :func:`accel_core.data_loader.factory.build_loader` makes the same choice explicitly; the
+    module docstring says why ``__new__`` still makes it for a direct class call.
 
     Attributes:
         end_of_dataloader: the batch just yielded is the last one of this iteration.
@@ -64,9 +92,12 @@ class DataLoaderStateMixin:
 
     def __new__(cls, *args: Any, use_stateful_dataloader: bool = False, **kwargs: Any) -> Any:
         if use_stateful_dataloader and not cls._stateful:
-            from accel_core.data_loader.stateful import stateful_class
-
-            cls = stateful_class(cls)
+            if _stateful_lookup is None:  # only while accel_core.data_loader is half imported
+                raise RuntimeError(
+                    "use_stateful_dataloader=True: import accel_core.data_loader before "
+                    f"building a {cls.__name__}."
+                )
+            cls = _stateful_lookup(cls)
         return super().__new__(cls)
 
     @property

@@ -11,6 +11,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSa
 
 from accel_core.data_loader.batch_sampler import BatchSamplerShard, check_process_index
 from accel_core.data_loader.dispatcher import DataLoaderDispatcher
+from accel_core.data_loader.factory import build_loader
 from accel_core.data_loader.iterable_shard import IterableDatasetShard
 from accel_core.data_loader.loader_state import dataloader_kwargs
 from accel_core.data_loader.samplers import SeedableRandomSampler, get_sampler
@@ -213,7 +214,8 @@ def prepare_data_loader(
     prepared: DataLoaderShard | DataLoaderDispatcher
     if dispatch_batches:
         kwargs.pop("generator", None)
-        prepared = DataLoaderDispatcher(
+        prepared = build_loader(
+            DataLoaderDispatcher,
             dataset,
             split_batches=split_batches,
             _drop_last=drop_last,
@@ -223,7 +225,8 @@ def prepare_data_loader(
             **kwargs,
         )
     else:
-        prepared = DataLoaderShard(
+        prepared = build_loader(
+            DataLoaderShard,
             dataset,
             device=device if put_on_device else None,
             rng_types=rng_types,

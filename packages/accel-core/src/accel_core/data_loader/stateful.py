@@ -3,8 +3,9 @@
 Building :class:`~accel_core.data_loader.DataLoaderShard`,
 :class:`~accel_core.data_loader.DataLoaderDispatcher` or
 :class:`~accel_core.data_loader.SkipDataLoader` with ``use_stateful_dataloader=True`` gives an
-instance of the matching class here (``stateful_class``), so ``isinstance`` holds for both the
-accel class and ``StatefulDataLoader``.
+instance of the matching class here (``stateful_class``, reached through
+:mod:`accel_core.data_loader.factory`), so ``isinstance`` holds for both the accel class and
+``StatefulDataLoader``. This module sits above the loaders: none of them imports it.
 
 ``state_dict()`` is the position after the batches the training loop has received, in torchdata's
 format. The shard and the dispatcher read one batch ahead (to know which batch is the last), so
