@@ -4,8 +4,6 @@
 
 import contextlib
 import importlib.metadata
-import sys
-import types
 
 import pytest
 import torch
@@ -242,7 +240,8 @@ def test_gathered_parameters_is_a_no_op_for_plain_parameters():
 
 
 @pytest.fixture
-def fake_deepspeed(monkeypatch):
+def fake_gatherer(monkeypatch):
+    """An installed engine's context under ``accel.parameter_gatherers``."""
     calls = []
 
     @contextlib.contextmanager
@@ -251,29 +250,24 @@ def fake_deepspeed(monkeypatch):
         yield
         calls.append(("exit",))
 
-    module = types.ModuleType("deepspeed")
-    module.zero = types.SimpleNamespace(GatheredParameters=gathered)
-    monkeypatch.setitem(sys.modules, "deepspeed", module)
-    monkeypatch.setattr("accel_ops.zero3.is_deepspeed_available", lambda: True)
+    monkeypatch.setattr("accel_ops.zero3._gatherers", lambda: (gathered,))
     return calls
 
 
-def test_gathered_parameters_delegates_for_zero3_partitioned_parameters(fake_deepspeed):
+def test_gathered_parameters_enters_the_installed_engines_contexts(fake_gatherer):
     model = torch.nn.Linear(2, 2)
-    model.weight.ds_id = 7  # what ZeRO-3 sets on a partitioned parameter
     with accel_ops.GatheredParameters(model.parameters(), modifier_rank=0, fwd_module=model):
-        fake_deepspeed.append(("inside",))
-    assert fake_deepspeed[0][0] == "enter"
-    assert fake_deepspeed[0][1][0] is model.weight and len(fake_deepspeed[0][1]) == 2
-    assert fake_deepspeed[0][2:] == (0, model, True)
-    assert fake_deepspeed[1:] == [("inside",), ("exit",)]
-
-
-def test_gathered_parameters_disabled_or_plain_does_not_call_deepspeed(fake_deepspeed):
-    model = torch.nn.Linear(2, 2)
-    with accel_ops.GatheredParameters(model.parameters()):
-        pass
-    model.weight.ds_id = 1
+        fake_gatherer.append(("inside",))
+    assert fake_gatherer[0][0] == "enter"
+    assert fake_gatherer[0][1][0] is model.weight and len(fake_gatherer[0][1]) == 2
+    assert fake_gatherer[0][2:] == (0, model, True)
+    assert fake_gatherer[1:] == [("inside",), ("exit",)]
     with accel_ops.GatheredParameters(model.parameters(), enabled=False):
         pass
-    assert fake_deepspeed == []
+    assert len(fake_gatherer) == 3
+
+
+def test_gathered_parameters_names_no_engine():
+    with open(accel_ops.zero3.__file__, encoding="utf-8") as file:
+        source = file.read().lower()
+    assert "deepspeed" not in source and "ds_id" not in source

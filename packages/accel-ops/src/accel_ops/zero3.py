@@ -1,50 +1,58 @@
-"""``GatheredParameters``: read or change parameters that DeepSpeed ZeRO-3 partitioned.
+"""``GatheredParameters``: the full parameters for a block, from whichever engine partitioned them.
 
-ZeRO-3 keeps only a shard of each parameter on each rank (the attribute ``ds_id`` marks such a
-parameter). Inside ``GatheredParameters(params)`` the full parameters are gathered on every rank,
-and with ``modifier_rank=r`` the changes rank ``r`` makes are partitioned back on exit. Where
-nothing is partitioned (no DeepSpeed installed, or plain parameters) it does nothing, so the same
-code runs with and without ZeRO-3.
+An engine that partitions parameters across ranks provides its own ``GatheredParameters`` context
+under the entry-point group ``accel.parameter_gatherers`` (accel-backends provides one for ZeRO-3).
+This one enters every installed provider's context, each of which does nothing for parameters it
+did not partition; with no provider installed it does nothing, so the same code runs with and
+without a partitioning engine. Providers are imported on first use, not with accel-ops.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from importlib.metadata import entry_points
+from typing import Any
 
 import torch
 
-from accel_ops.availability import is_deepspeed_available
+#: The entry-point group: ``name = "package.module:GatheredParameters"``, a context manager
+#: taking ``(params, modifier_rank=None, fwd_module=None, enabled=True)``.
+GATHERER_GROUP = "accel.parameter_gatherers"
 
 
-def _is_partitioned(parameter: object) -> bool:
-    return isinstance(parameter, torch.Tensor) and hasattr(parameter, "ds_id")
+@functools.cache
+def _gatherers() -> tuple[Callable[..., contextlib.AbstractContextManager[Any]], ...]:
+    """The installed providers' contexts, loaded once, in the order of their names."""
+    found = sorted(entry_points(group=GATHERER_GROUP), key=lambda point: point.name)
+    return tuple(point.load() for point in found)
 
 
 @contextlib.contextmanager
-def GatheredParameters(  # Accelerate's (and DeepSpeed's) spelling
+def GatheredParameters(  # Accelerate's spelling
     params: torch.nn.Parameter | Iterable[torch.nn.Parameter],
     modifier_rank: int | None = None,
     fwd_module: torch.nn.Module | None = None,
     enabled: bool = True,
 ) -> Iterator[None]:
-    """Gather ZeRO-3 partitioned ``params`` for the block (DeepSpeed's
-    ``deepspeed.zero.GatheredParameters``); a no-op when none of them is partitioned.
+    """Gather partitioned ``params`` for the block; a no-op when none of them is partitioned.
 
     Args:
         params: a parameter or an iterable of parameters (e.g. ``model.parameters()``).
         modifier_rank: the rank whose changes are kept and re-partitioned on exit; ``None``
             means the parameters are only read.
-        fwd_module: the module to register external parameters with (DeepSpeed's argument).
+        fwd_module: the module to register external parameters with (the engine's argument).
         enabled: ``False`` makes the block a no-op.
     """
-    items = [params] if isinstance(params, torch.Tensor) else list(params)
-    if not enabled or not is_deepspeed_available() or not any(map(_is_partitioned, items)):
+    gatherers = _gatherers() if enabled else ()
+    if not gatherers:
         yield
         return
-    import deepspeed
-
-    with deepspeed.zero.GatheredParameters(
-        items, modifier_rank=modifier_rank, fwd_module=fwd_module, enabled=enabled
-    ):
+    items = [params] if isinstance(params, torch.Tensor) else list(params)
+    with contextlib.ExitStack() as stack:
+        for gatherer in gatherers:
+            stack.enter_context(
+                gatherer(items, modifier_rank=modifier_rank, fwd_module=fwd_module, enabled=enabled)
+            )
         yield
