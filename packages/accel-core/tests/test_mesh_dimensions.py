@@ -4,10 +4,11 @@ chosen for, accepted and refused from the records its engine's description decla
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
+from accel_core.built_in_engines import ENGINE_HINT
 from accel_core.engine_description import ENTRY_POINT_GROUP, EngineDescription
 from accel_core.mesh_dimension import (
     ACCELERATE_DIMENSIONS,
@@ -212,3 +213,54 @@ def test_descriptions_declare_records_and_still_accept_names():
             dimensions=(DP_REPLICATE, PP),
             mesh_dimensions=frozenset({"dp_replicate"}),
         )
+
+
+def _only_built_in_engines(monkeypatch: pytest.MonkeyPatch, **extra: str) -> None:
+    """The entry points without accel-backends', plus ``extra`` (name -> this module's object)."""
+    found = {
+        name: entry_point
+        for name, entry_point in registry._entry_points().items()
+        if not entry_point.value.startswith("accel_backends")
+    }
+    for name, attribute in extra.items():
+        found[name] = importlib.metadata.EntryPoint(
+            name=name, value=f"{__name__}:{attribute}", group=ENTRY_POINT_GROUP
+        )
+    monkeypatch.setattr(registry, "_entry_points", lambda: found)
+
+
+class TensorStrategy(SingleDeviceStrategy):
+    name = "tp_engine"
+
+
+#: An engine that runs one of Accelerate's dimensions and says how to choose it for it.
+TP_ENGINE = EngineDescription(
+    name="tp_engine",
+    title="Tensors",
+    strategy=f"{__name__}:TensorStrategy",
+    install="tp-engine",
+    dimensions=(DP_REPLICATE, replace(TP, why_not="pass strategy='tp_engine' for tp_size")),
+)
+
+
+def test_a_dimension_is_refused_with_the_words_of_the_engine_that_declares_it(monkeypatch):
+    _only_built_in_engines(monkeypatch, tp_engine="TP_ENGINE")
+    with pytest.raises(OutOfScopeError) as refused:
+        refuse_unsupported(_Config(tp_size=2), create_strategy("ddp"))
+    assert str(refused.value).startswith(
+        "Tensor parallelism (ParallelismConfig(tp_size=2)) is not run by strategy 'ddp': "
+        "pass strategy='tp_engine' for tp_size. The device mesh is built"
+    )
+
+
+def test_a_dimension_no_installed_engine_declares_is_refused_with_what_to_install(monkeypatch):
+    _only_built_in_engines(monkeypatch)
+    with pytest.raises(OutOfScopeError) as refused:
+        refuse_unsupported(_Config(tp_size=2), create_strategy("ddp"))
+    assert "'ddp': no installed strategy declares tensor parallelism ('tp'): " in str(refused.value)
+    assert f"{ENGINE_HINT[:-1]}. The device mesh is built" in str(refused.value)
+    with pytest.raises(ValueError, match=r"does not do: no installed strategy declares shard"):
+        check_strategy(_Config(dp_shard_size=2), create_strategy("ddp"))
+    # a dimension with a text of its own (no engine runs it) keeps it
+    with pytest.raises(OutOfScopeError, match=r"'ddp': sequence parallelism \(Accelerate's"):
+        refuse_unsupported(_Config(sp_size=2), create_strategy("ddp"))

@@ -40,7 +40,10 @@ class MeshDimension:
         description: what its size counts, in a few words: the help of its launch option and of
             its config-file key (``"tensor-parallel size"``).
         why_not: what to do instead when the chosen strategy does not train on it, as the
-            refusal says it (empty: the refusal names the installed strategies that declare it).
+            refusal says it. Empty in the table for a dimension an engine runs: the refusal then
+            reads the installed engines that declare it, the ``why_not`` of their own record
+            (how to choose that engine), else their names. Set in the table for a dimension no
+            engine runs (``cp``, ``sp``), so that the refusal still says why.
         launch_option: the ``accel launch`` flag (without dashes) and ``parallelism_config``
             config-file key of its size, spelled as Accelerate's are (``parallelism_config_`` and
             the ``config_key``: the launcher reads that prefix as ParallelismConfig's, a flag
@@ -81,12 +84,7 @@ DP_SHARD = MeshDimension(
     order=1,
     shards_data=True,
     title="Shard-based data parallelism",
-    description="processes each model is sharded over (FSDP)",
-    why_not=(
-        "leave the choice to the configuration (no strategy=, plugin or ACCEL_STRATEGY; FSDP2 is "
-        "chosen), pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2) or launch "
-        "with `accel launch --use_fsdp`; or set dp_shard_size=1"
-    ),
+    description="processes each model is sharded over",
     launch_option="parallelism_config_dp_shard_size",
     strategy_builds_mesh=True,
 )
@@ -97,11 +95,6 @@ TP = MeshDimension(
     shards_data=False,
     title="Tensor parallelism",
     description="tensor-parallel size",
-    why_not=(
-        "tensor parallelism runs under the fsdp strategy of accel-backends (pip install "
-        "accel-backends; it is chosen when no strategy is named, or pass fsdp_plugin="
-        "FullyShardedDataParallelPlugin(fsdp_version=2))"
-    ),
     launch_option="parallelism_config_tp_size",
 )
 CP = MeshDimension(
@@ -127,15 +120,15 @@ SP = MeshDimension(
     title="Sequence parallelism",
     description="sequence-parallel size",
     why_not=(
-        "DeepSpeed's sequence parallelism (Ulysses) is not run by accel; split the model with "
-        "tp_size or shard it with dp_shard_size (the fsdp strategy)"
+        "sequence parallelism (Accelerate's sp_size) is run by no installed engine; split the "
+        "model with tp_size or shard it with dp_shard_size"
     ),
     launch_option="parallelism_config_sp_size",
 )
 
 #: The dimensions of Accelerate's ``ParallelismConfig``, in the order of its fields (the order
-#: messages list sizes in), each with its refusal text; ``cp`` and ``sp`` are known through this
-#: table alone, since no engine accel has declares them.
+#: messages list sizes in); ``cp`` and ``sp``, known through this table alone since no engine
+#: accel has declares them, carry their refusal text here.
 ACCELERATE_DIMENSIONS: tuple[MeshDimension, ...] = (DP_REPLICATE, DP_SHARD, TP, CP, SP)
 
 #: The dimensions every strategy trains over, declared or not: whole copies of the model.

@@ -116,23 +116,31 @@ def _runs(strategy_dimensions: frozenset[str], name: str) -> bool:
 
 
 def _why_not(dimension: MeshDimension) -> str:
-    """The dimension's own refusal text; else the installed strategies that declare it."""
-    if dimension.why_not:
-        return dimension.why_not
+    """What to do to train on ``dimension``, from the installed strategies that declare it: the
+    ``why_not`` of their records (how to choose them), else their names. With none, the
+    dimension's own text (``cp``, ``sp``), else what to install."""
+    from accel_core.built_in_engines import ENGINE_HINT
     from accel_core.strategies.registry import strategy_descriptions
 
-    runners = [
-        repr(description.name)
+    declared = [
+        (description.name, record)
         for description in strategy_descriptions().values()
-        if dimension.name in description.mesh_dimensions
+        for record in description.dimensions
+        if record.name == dimension.name
     ]
+    texts = list(dict.fromkeys(record.why_not for _, record in declared if record.why_not))
+    if texts:
+        return "; or ".join(texts)
     feature = dimension.title[:1].lower() + dimension.title[1:]
-    if not runners:
-        return f"no installed strategy declares {feature} ({dimension.name!r})"
-    return (
-        f"{feature} runs under strategy {' or '.join(runners)} (name it: Accelerator(strategy="
-        "NAME) or `accel launch --strategy NAME`)"
-    )
+    if declared:
+        runners = " or ".join(repr(name) for name, _ in declared)
+        return (
+            f"{feature} runs under strategy {runners} (name it: Accelerator(strategy="
+            "NAME) or `accel launch --strategy NAME`)"
+        )
+    if dimension.why_not:
+        return dimension.why_not
+    return f"no installed strategy declares {feature} ({dimension.name!r}): {ENGINE_HINT[:-1]}"
 
 
 def refuse_unsupported(config: ParallelismConfigLike | None, strategy: Strategy) -> None:

@@ -7,6 +7,8 @@ See :class:`accel_core.engine_description.EngineDescription`. Accelerate's older
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from accel_core.config_question import ConfigQuestion
 from accel_core.engine_description import EngineDescription, LaunchOption
 from accel_core.mesh_dimension import DP_REPLICATE, DP_SHARD, TP
@@ -115,6 +117,24 @@ _CONFIG_QUESTIONS: tuple[ConfigQuestion, ...] = (
     ),
 )
 
+# The dimensions it trains over, each with how to choose this engine for it: the reason another
+# strategy's refusal of the dimension gives.
+_DP_SHARD = replace(
+    DP_SHARD,
+    why_not=(
+        "leave the choice to the configuration (no strategy=, plugin or ACCEL_STRATEGY; FSDP2 is "
+        "chosen), pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2) or launch "
+        "with `accel launch --use_fsdp`; or set dp_shard_size=1"
+    ),
+)
+_TP = replace(
+    TP,
+    why_not=(
+        "tensor parallelism runs under the fsdp strategy of accel-backends (it is chosen when no "
+        "strategy is named, or pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))"
+    ),
+)
+
 DESCRIPTION = EngineDescription(
     name="fsdp",
     title="FSDP",
@@ -127,7 +147,7 @@ DESCRIPTION = EngineDescription(
     config_section="fsdp_config",
     plugin_keywords=("fsdp_plugin",),
     plugin_class="accel_backends.fsdp.plugin:FullyShardedDataParallelPlugin",
-    dimensions=(DP_REPLICATE, DP_SHARD, TP),
+    dimensions=(DP_REPLICATE, _DP_SHARD, _TP),
     shards_by_default=True,
     wrapper_classes=("FullyShardedDataParallel",),
     parallelism_config_class="accel_backends.parallelism_config:ParallelismConfig",
