@@ -348,3 +348,11 @@ def find_layout(reader: CheckpointReader, index: int) -> SavedLayout | None:
     for name in files:
         reader.verify(f"{tag}/{name}")
     return ZeroPartitions(reader, tag, files)
+
+
+def _looks_for(index: int) -> str:
+    return f"{engine_tag(index)}/"
+
+
+#: What an error says it looks for (accel_core.checkpointing.layouts, when no layout is found).
+find_layout.looks_for = _looks_for  # type: ignore[attr-defined]

@@ -299,3 +299,13 @@ def find_layout(reader: CheckpointReader, index: int) -> SavedLayout | None:
     if not reader.path(f"{dcp.model_folder(index)}/.metadata").is_file():
         return None
     return DistributedCheckpointLayout(reader, index)
+
+
+def _looks_for(index: int) -> str:
+    from accel_backends.fsdp import dcp
+
+    return f"torch.distributed.checkpoint folder {dcp.model_folder(index)}/"
+
+
+#: What an error says it looks for (accel_core.checkpointing.layouts, when no layout is found).
+find_layout.looks_for = _looks_for  # type: ignore[attr-defined]

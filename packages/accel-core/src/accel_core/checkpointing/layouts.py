@@ -46,7 +46,9 @@ Region = tuple[tuple[int, int], ...]
 Key = tuple[str, ...]
 MODEL, OPTIMIZER = "model", "optimizer"
 #: An engine's hook (its description's ``checkpoint_layouts``): the layout of model/optimizer
-#: ``index`` in the folder, or ``None`` when the folder is not in its layout.
+#: ``index`` in the folder, or ``None`` when the folder is not in its layout. A hook may carry
+#: ``looks_for(index) -> str`` (``"pytorch_model/"``), which the error for a folder no hook
+#: reads lists after the engine's title.
 LayoutHook = Callable[["CheckpointReader", int], "SavedLayout | None"]
 
 
@@ -275,11 +277,35 @@ def find_layout(reader: CheckpointReader, index: int, *, loading: str) -> SavedL
 
 def _layout_hooks(reader: CheckpointReader) -> list[LayoutHook]:
     """The installed engines' layout hooks, those of the engine that wrote the checkpoint first."""
+    return [hook for _, hook in _engine_layout_hooks(reader)]
+
+
+def _engine_layout_hooks(reader: CheckpointReader) -> list[tuple[str, LayoutHook]]:
+    """``(engine title, hook)`` for each installed engine's layout hooks, the writer's first."""
     from accel_core.engine_description import installed_engines, load_hook
 
     writer = reader.manifest.strategy if reader.manifest is not None else None
     engines = sorted(installed_engines().values(), key=lambda e: e.name != writer)
-    return [load_hook(target) for e in engines for target in e.checkpoint_layouts]  # type: ignore[misc]
+    return [
+        (e.title, load_hook(target))  # type: ignore[misc]
+        for e in engines
+        for target in e.checkpoint_layouts
+    ]
+
+
+def _engine_layouts(reader: CheckpointReader, index: int) -> str:
+    """What the installed engines' layout hooks look for, for model ``index``: each hook's
+    ``looks_for(index)`` (an optional attribute: ``"pytorch_model/"``) after its engine's title,
+    or a sentence saying that no installed engine reads another layout, with what to install."""
+    from accel_core.built_in_engines import ENGINE_HINT
+
+    found = []
+    for title, hook in _engine_layout_hooks(reader):
+        looks_for = getattr(hook, "looks_for", None)
+        found.append(f"{title}'s {looks_for(index)}" if looks_for else f"what {title} writes")
+    if not found:
+        return f"no installed engine reads another layout: {ENGINE_HINT[:-1]}"
+    return f"a layout an installed engine reads ({', '.join(dict.fromkeys(found))})"
 
 
 def saved_by(reader: CheckpointReader) -> str:
@@ -301,11 +327,9 @@ def _nothing_found(reader: CheckpointReader, index: int, loading: str) -> str:
     return (
         f"checkpoint {root} (written by {saved_by(reader)}) has no weights for model {index} in "
         f"any layout strategy {loading!r} can convert: expected {names.model_file(index)} or "
-        f"{names.model_file(index, safe_serialization=False)} (full files), or a layout an "
-        f"installed engine reads (torch.distributed.checkpoint folders "
-        f"pytorch_model_fsdp_{index}/, DeepSpeed's pytorch_model/); it holds "
-        f"{shown or 'nothing'}. Was it saved with fewer prepared models, or by an engine that is "
-        "not installed here?"
+        f"{names.model_file(index, safe_serialization=False)} (full files), or "
+        f"{_engine_layouts(reader, index)}; it holds {shown or 'nothing'}. Was it saved with "
+        "fewer prepared models, or by an engine that is not installed here?"
     )
 
 
