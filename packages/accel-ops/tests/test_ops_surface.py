@@ -271,3 +271,16 @@ def test_gathered_parameters_names_no_engine():
     with open(accel_ops.zero3.__file__, encoding="utf-8") as file:
         source = file.read().lower()
     assert "deepspeed" not in source and "ds_id" not in source
+
+
+def test_a_gatherer_that_does_not_load_is_left_out_with_a_warning(monkeypatch):
+    broken = importlib.metadata.EntryPoint(
+        name="broken", value="no_such_module_here:Gather", group=accel_ops.zero3.GATHERER_GROUP
+    )
+    monkeypatch.setattr(accel_ops.zero3, "entry_points", lambda group: [broken])
+    accel_ops.zero3._gatherers.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match=r"'broken': its entry point .* does not load"):
+            assert accel_ops.zero3._gatherers() == ()
+    finally:
+        accel_ops.zero3._gatherers.cache_clear()

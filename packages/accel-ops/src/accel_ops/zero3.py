@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from importlib.metadata import entry_points
 from typing import Any
@@ -24,9 +25,20 @@ GATHERER_GROUP = "accel.parameter_gatherers"
 
 @functools.cache
 def _gatherers() -> tuple[Callable[..., contextlib.AbstractContextManager[Any]], ...]:
-    """The installed providers' contexts, loaded once, in the order of their names."""
-    found = sorted(entry_points(group=GATHERER_GROUP), key=lambda point: point.name)
-    return tuple(point.load() for point in found)
+    """The installed providers' contexts, loaded once, in the order of their names; one that does
+    not load is left out with a warning naming it."""
+    loaded = []
+    for point in sorted(entry_points(group=GATHERER_GROUP), key=lambda point: point.name):
+        try:
+            loaded.append(point.load())
+        except Exception as error:
+            warnings.warn(
+                f"{GATHERER_GROUP} {point.name!r}: its entry point {point.value!r} does not "
+                f"load, left out: {type(error).__name__}: {error}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    return tuple(loaded)
 
 
 @contextlib.contextmanager
