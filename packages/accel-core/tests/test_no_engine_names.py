@@ -62,11 +62,9 @@ COMPAT_TEXTS: dict[str, frozenset[str]] = {
 #: Files that still name engines, to be cleaned (each read as a whole, so none may grow a new
 #: name unnoticed: test_the_to_do_list_is_current fails once a file is clean).
 TO_DO: dict[str, str] = {
-    # The records of Accelerate's ParallelismConfig dimensions carry their help and refusal
-    # texts ("sharded over (FSDP)", "FSDP2 is chosen", "runs under the fsdp strategy of
-    # accel-backends", "DeepSpeed's sequence parallelism"); the engine that runs a dimension
-    # should supply its words (asserted by accel-backends' mesh tests).
-    "mesh_dimension.py": "dimension texts name the engine that runs them",
+    # (mesh_dimension.py moved to accel-base with its records of Accelerate's ParallelismConfig
+    # dimensions, whose help and refusal texts still name the engine that runs them: "sharded
+    # over (FSDP)", "DeepSpeed's sequence parallelism"; the engine should supply its words.)
     # The error for a checkpoint with no loadable weights lists the engines' folder names
     # (pytorch_model_fsdp_N/, DeepSpeed's pytorch_model/); the layout hooks
     # (EngineDescription.checkpoint_layouts) should describe what they look for.
@@ -143,7 +141,7 @@ def test_accel_core_names_no_engine_outside_accelerates_compat_names():
     ]
     assert not offending, (
         "accel-core names an engine (put what the engine knows in its description, "
-        "accel_core.engine_description.EngineDescription, or in its strategy):\n"
+        "accel_base.engine_description.EngineDescription, or in its strategy):\n"
         + "\n".join(offending)
     )
 

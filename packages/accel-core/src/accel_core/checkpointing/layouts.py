@@ -275,7 +275,7 @@ def find_layout(reader: CheckpointReader, index: int, *, loading: str) -> SavedL
 
 def _layout_hooks(reader: CheckpointReader) -> list[LayoutHook]:
     """The installed engines' layout hooks, those of the engine that wrote the checkpoint first."""
-    from accel_core.engine_description import installed_engines, load_hook
+    from accel_base.engine_description import installed_engines, load_hook
 
     writer = reader.manifest.strategy if reader.manifest is not None else None
     engines = sorted(installed_engines().values(), key=lambda e: e.name != writer)
