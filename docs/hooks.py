@@ -25,7 +25,14 @@ ROOT = Path(__file__).resolve().parent.parent
 KIT_SOURCE = ROOT / "packages" / "accel-kit" / "src"
 MARKER = "<!-- accel-kit-tables -->"
 # Packages that have an API page of their own; their names link to it.
-DOCUMENTED = ("accel_ops", "accel_core", "accel_bigmodel", "accel_backends", "accel_launch")
+DOCUMENTED = (
+    "accel_base",
+    "accel_ops",
+    "accel_core",
+    "accel_bigmodel",
+    "accel_backends",
+    "accel_launch",
+)
 ROLE = re.compile(r":(?:class|mod|func|meth|attr|exc|data|obj):`(~?)([\w.]+)(?:\(\))?`")
 COMBINED = re.compile(r"^(\s+)(\w+(?:, \w+)+): ", re.MULTILINE)
 

@@ -15,15 +15,25 @@ import tempfile
 
 EXPECTED = {
     "inference": {
-        "present": ["torch", "accel_ops", "accel_bigmodel"],
+        "present": ["torch", "accel_base", "accel_ops", "accel_bigmodel"],
         "absent": ["accel_core", "accel_launch", "accel_backends", "accel"],
     },
     "launcher": {
-        "present": ["accel_launch", "yaml"],
+        # accel-base is the launcher's one dependency among the accel packages: standard library
+        # only, it brings no torch
+        "present": ["accel_launch", "accel_base", "yaml"],
         "absent": ["torch", "accel_ops", "accel_core", "accel_bigmodel", "accel_backends", "accel"],
     },
     "full": {
-        "present": ["torch", "accel", "accel_ops", "accel_core", "accel_bigmodel", "accel_launch"],
+        "present": [
+            "torch",
+            "accel",
+            "accel_base",
+            "accel_ops",
+            "accel_core",
+            "accel_bigmodel",
+            "accel_launch",
+        ],
         "absent": [],
     },
 }
@@ -56,6 +66,14 @@ def check_launcher() -> None:
         path = os.path.join(folder, "default_config.yaml")
         subprocess.run([accel, "config", "default", "--config_file", path], check=True)
         assert os.path.getsize(path) > 0
+    # the description types and the entry-point reader are there; no package registers an engine,
+    # so only the launcher's built-in strategies exist, and reading them imports no torch
+    out = _fresh_python(
+        "import sys\n"
+        "from accel_launch.launch import engines\n"
+        "print(sorted(engines.installed()), engines.strategy_names(), 'torch' in sys.modules)"
+    )
+    assert out.split("\n")[0] == "[] ['single_device', 'ddp'] False", out
 
 
 def check_full() -> None:

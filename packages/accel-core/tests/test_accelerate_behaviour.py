@@ -252,7 +252,7 @@ def test_out_of_scope_keywords_name_the_feature(kwargs, feature):
 def test_a_parallelism_config_asked_for_comes_from_an_installed_engine(monkeypatch):
     # Accelerate reads torch_tp_plugin as ParallelismConfig(tp_size=...), and builds one when
     # the launch says so; the class is accel-backends': without an engine providing it, say so
-    from accel_core import engine_description
+    from accel_base import engine_description
 
     monkeypatch.setattr(engine_description, "installed_engines", dict)
     deprecated = pytest.warns(FutureWarning, match="TorchTensorParallelPlugin` is deprecated")

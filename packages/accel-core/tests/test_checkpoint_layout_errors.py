@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from accel_base.engine_description import EngineDescription
 from accel_core.built_in_engines import ENGINE_HINT
 from accel_core.checkpointing import CheckpointError, CheckpointReader, layouts
-from accel_core.engine_description import EngineDescription
 
 
 def find_nothing(reader, index):
@@ -44,7 +44,7 @@ ENGINES = {
 
 
 def _error(folder: Path, monkeypatch: pytest.MonkeyPatch, engines: dict) -> str:
-    monkeypatch.setattr("accel_core.engine_description.installed_engines", lambda: engines)
+    monkeypatch.setattr("accel_base.engine_description.installed_engines", lambda: engines)
     (folder / "random_states_0.pkl").write_bytes(b"")
     with pytest.raises(CheckpointError) as caught:
         layouts.find_layout(CheckpointReader(folder, None), 1, loading="ddp")

@@ -136,7 +136,7 @@ def test_accel_core_names_no_engine_outside_accelerates_compat_names():
     ]
     assert not offending, (
         "accel-core names an engine (put what the engine knows in its description, "
-        "accel_core.engine_description.EngineDescription, or in its strategy):\n"
+        "accel_base.engine_description.EngineDescription, or in its strategy):\n"
         + "\n".join(offending)
     )
 

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from accel_core import engine_description
+from accel_base import engine_description
 from accel_core.built_in_engines import ENGINE_HINT
 from accel_core.engine_description import EngineDescription
 from accel_core.seeding import set_seed, synchronize_rng_state, synchronize_rng_states

@@ -8,8 +8,8 @@ import argparse
 
 import pytest
 
-from accel_core.engine_description import EngineDescription
-from accel_core.mesh_dimension import DP_REPLICATE, MeshDimension
+from accel_base.engine_description import EngineDescription
+from accel_base.mesh_dimension import DP_REPLICATE, MeshDimension
 from accel_launch.config import schema
 from accel_launch.launch import engines, options
 from accel_launch.launch.parallelism import prepare_extend_env_parallelism_config

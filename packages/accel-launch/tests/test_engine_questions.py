@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 import accel_launch.devices
-from accel_core.config_question import ConfigQuestion
-from accel_core.engine_description import EngineDescription, LaunchOption
+from accel_base.config_question import ConfigQuestion
+from accel_base.engine_description import EngineDescription, LaunchOption
 from accel_launch import load_config, save_config
 from accel_launch.config import questionnaire, schema
 from accel_launch.config.files import update_config

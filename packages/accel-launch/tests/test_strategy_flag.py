@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,3 +159,19 @@ def test_a_use_flag_outranks_the_environment_and_the_file():
     flag = described[0]
     plan = resolve(_flags(f"--{flag.name}"), {"ACCEL_STRATEGY": "ddp"}, {"strategy": "ddp"})
     assert (plan.strategy, plan.values["strategy"].source) == (flag.chooses, "flag")
+
+
+def test_the_engines_are_read_through_accel_base_without_torch():
+    # the description types and the entry-point reader are accel-base's (no try/except around
+    # an accel-core import); the engines' descriptions are torch-free modules of their own
+    from accel_base import engine_description
+
+    assert engines.engine_for is engine_description.engine_for
+    code = (
+        "import sys\n"
+        "from accel_launch.launch import engines\n"
+        "found = engines.installed()\n"
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False"]

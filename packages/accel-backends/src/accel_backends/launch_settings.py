@@ -20,9 +20,9 @@ import os
 from collections.abc import Callable, Mapping
 from typing import NamedTuple, TypeVar
 
+from accel_base.env_values import parse_bool
 from accel_ops import LaunchEnvironment
 from accel_ops.accelerate_spellings import STRATEGY_CONFIG_VARIABLES, resolve
-from accel_ops.env_values import parse_bool
 
 _T = TypeVar("_T")
 

@@ -25,7 +25,7 @@ from accel_backends.out_of_scope import (
     TorchContextParallelConfig,
 )
 from accel_backends.tensor_parallel_config import TorchTensorParallelConfig
-from accel_core.mesh_dimension import ACCELERATE_DIMENSIONS, mesh_order
+from accel_base.mesh_dimension import ACCELERATE_DIMENSIONS, mesh_order
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh

@@ -27,7 +27,7 @@ VARIABLE = "ACCEL_AUTO_RESUME"
 
 def requested(environ: dict[str, str] | None = None) -> bool:
     """Whether ``ACCEL_AUTO_RESUME`` is on."""
-    from accel_ops.env_values import TRUE_STRINGS
+    from accel_base.env_values import TRUE_STRINGS
 
     return (os.environ if environ is None else environ).get(VARIABLE, "").strip().lower() in (
         TRUE_STRINGS

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from accel_core.engine_description import EngineDescription
+from accel_base.engine_description import EngineDescription
 
 SINGLE_DEVICE = EngineDescription(
     name="single_device",

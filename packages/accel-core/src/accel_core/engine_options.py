@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from accel_base.engine_description import EngineDescription
 from accel_core.built_in_engines import ENGINE_HINT
-from accel_core.engine_description import EngineDescription
 from accel_core.out_of_scope import out_of_scope
 from accel_core.strategies import available_strategies, strategy_descriptions
 

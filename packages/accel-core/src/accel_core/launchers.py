@@ -174,7 +174,7 @@ def _elastic_launch(
 
 def _validate_mixed_precision(mixed_precision: str) -> str:
     # accel_ops is imported on first call, not with this module (it costs seconds)
-    from accel_ops.launch_environment import MIXED_PRECISION_CHOICES
+    from accel_base.env_values import MIXED_PRECISION_CHOICES
 
     value = str(mixed_precision).lower()
     if value not in MIXED_PRECISION_CHOICES:
@@ -282,7 +282,7 @@ def debug_launcher(function: Callable[..., Any], args: tuple = (), num_processes
     group or accel state in this process; a failed worker raises :class:`WorkerProcessError`
     naming its rank.
     """
-    from accel_ops.ports import get_free_port
+    from accel_base.ports import get_free_port
 
     _validate_count("num_processes", num_processes)
     _check_picklable(function, "debug_launcher")

@@ -1,7 +1,7 @@
 """Accelerate's ``ParallelismConfig`` on accel, and the parallel-rank properties of Accelerator.
 
 A configuration is read as ``{dimension: size}`` (:func:`dimension_sizes`) over every dimension
-known here (:func:`known_dimensions`): the records of :mod:`accel_core.mesh_dimension` for the
+known here (:func:`known_dimensions`): the records of :mod:`accel_base.mesh_dimension` for the
 dimensions of Accelerate's ``ParallelismConfig`` (``dp_replicate``, ``dp_shard``, ``tp``, ``cp``,
 ``sp``) and those the installed strategies' descriptions declare (a ``pp`` or ``ep`` of a third
 party's engine). Each check below works over that mapping, the records and the chosen strategy's
@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import torch
 
-from accel_core import mesh_dimension
-from accel_core.mesh_dimension import (
+from accel_base import mesh_dimension
+from accel_base.mesh_dimension import (
     ALWAYS_RUN,
     DP_REPLICATE,
     DP_SHARD,
@@ -195,7 +195,7 @@ def configured_parallelism(
 
 
 def _parallelism_config_class(asked_by: str) -> Callable[..., ParallelismConfigLike]:
-    from accel_core.engine_description import installed_engines, load_hook
+    from accel_base.engine_description import installed_engines, load_hook
 
     for description in installed_engines().values():
         if description.parallelism_config_class:

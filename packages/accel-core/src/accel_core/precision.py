@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from accel_ops.launch_environment import MIXED_PRECISION_CHOICES
+from accel_base.env_values import MIXED_PRECISION_CHOICES
 
 if TYPE_CHECKING:
     from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs

@@ -82,7 +82,7 @@ def preemption_signal(environ: dict[str, str] | None = None) -> signal.Signals |
 
 def vote_seconds(environ: dict[str, str] | None = None) -> float:
     """``ACCEL_PREEMPTION_VOTE_SECONDS`` (seconds >= 0), else :data:`VOTE_SECONDS`."""
-    from accel_ops.env_values import seconds
+    from accel_base.env_values import seconds
 
     environ = os.environ if environ is None else environ
     return seconds(environ, VOTE_VARIABLE, VOTE_SECONDS, zero_ok=True)

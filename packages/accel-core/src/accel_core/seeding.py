@@ -59,7 +59,7 @@ class EngineRandomGenerator(Protocol):
 
 def _engine_generators() -> dict[str, EngineRandomGenerator]:
     """The installed engines' own generators, by ``rng_type`` (imports each one named)."""
-    from accel_core import engine_description
+    from accel_base import engine_description
 
     found: dict[str, EngineRandomGenerator] = {}
     for description in engine_description.installed_engines().values():

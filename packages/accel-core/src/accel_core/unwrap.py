@@ -6,7 +6,7 @@ from functools import cache
 
 import torch
 
-from accel_core.engine_description import installed_engines
+from accel_base.engine_description import installed_engines
 from accel_core.regional_compilation import has_compiled_regions
 
 

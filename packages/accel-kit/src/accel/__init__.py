@@ -7,7 +7,7 @@ when first used.
 
 from accel._lazy import export_table
 
-__version__ = "0.3.4"
+__version__ = "0.3.5"
 
 _NAMES = {
     # accel-core

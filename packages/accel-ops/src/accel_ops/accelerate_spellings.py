@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from accel_base.env_values import LaunchEnvironmentError, parse_bool
 from accel_ops.constants import FSDP_SHARDING_STRATEGY
-from accel_ops.env_values import LaunchEnvironmentError, parse_bool
 
 # Our variable -> Accelerate's spelling of the same variable (same values).
 ALIASES: Mapping[str, str] = MappingProxyType(

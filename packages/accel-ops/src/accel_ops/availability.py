@@ -15,8 +15,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from accel_base.env_values import parse_bool
 from accel_ops.accelerate_spellings import read_accel_variable
-from accel_ops.env_values import parse_bool
 
 if TYPE_CHECKING:
     from packaging.version import Version

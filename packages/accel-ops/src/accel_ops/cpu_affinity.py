@@ -12,8 +12,8 @@ import logging
 import math
 import os
 
+from accel_base.env_values import parse_bool
 from accel_ops.accelerate_spellings import read_accel_variable
-from accel_ops.env_values import parse_bool
 
 logger = logging.getLogger(__name__)
 

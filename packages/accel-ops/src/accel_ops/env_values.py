@@ -1,44 +1,26 @@
-"""How launch variables spell their values, and the error for one that can't be read.
-
-Shared by :mod:`accel_ops.launch_environment`, :mod:`accel_ops.accelerate_spellings`,
-:mod:`accel_ops.group_join` and accel-core's fault handling.
+"""How launch variables spell their values: defined in :mod:`accel_base.env_values` (accel-base,
+standard library only, which the launcher imports without torch). This module path stays,
+re-exporting the same objects.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from accel_base.env_values import (
+    FALSE_STRINGS,
+    MIXED_PRECISION_CHOICES,
+    TRUE_STRINGS,
+    LaunchEnvironmentError,
+    env_bool,
+    parse_bool,
+    seconds,
+)
 
-TRUE_STRINGS = frozenset({"1", "true", "yes", "on", "y", "t"})
-FALSE_STRINGS = frozenset({"0", "false", "no", "off", "n", "f", ""})
-
-
-class LaunchEnvironmentError(ValueError):
-    """A launch variable holds a value that can't be used."""
-
-
-def parse_bool(text: str) -> bool:
-    """Read a boolean the way every launch variable does (``1/true/yes/on``, ``0/false/no/off``)."""
-    lowered = text.strip().lower()
-    if lowered in TRUE_STRINGS:
-        return True
-    if lowered in FALSE_STRINGS:
-        return False
-    raise ValueError("a boolean: one of 1, true, yes, on or 0, false, no, off (any case)")
-
-
-def seconds(environ: Mapping[str, str], name: str, default: float, zero_ok: bool = False) -> float:
-    """The number of seconds in variable ``name`` of ``environ`` (``default`` when unset or
-    empty): above 0, or 0 too with ``zero_ok``; another value is a ``ValueError`` naming it."""
-    text = environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not (value >= 0 if zero_ok else value > 0):
-        bound = ">= 0" if zero_ok else "above 0"
-        raise ValueError(
-            f"{name}={text!r} is not a number of seconds {bound}; e.g. {name}={default:g}"
-        )
-    return value
+__all__ = [
+    "FALSE_STRINGS",
+    "MIXED_PRECISION_CHOICES",
+    "TRUE_STRINGS",
+    "LaunchEnvironmentError",
+    "env_bool",
+    "parse_bool",
+    "seconds",
+]

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar, cast
 
-from accel_ops.env_values import parse_bool
+from accel_base.env_values import parse_bool
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from accel_ops.env_values import seconds
+from accel_base.env_values import seconds
 from accel_ops.launch_environment import LaunchEnvironment
 
 #: Seconds the ranks of a new group wait for each other before the error names who is missing.

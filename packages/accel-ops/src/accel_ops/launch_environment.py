@@ -17,16 +17,18 @@ from dataclasses import dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, TypeVar
 
-from accel_ops import accelerate_spellings
-from accel_ops.env_values import (
+from accel_base.env_values import (
     FALSE_STRINGS,
+    MIXED_PRECISION_CHOICES,
     TRUE_STRINGS,
     LaunchEnvironmentError,
     parse_bool,
 )
+from accel_ops import accelerate_spellings
 
 __all__ = [
     "FALSE_STRINGS",
+    "MIXED_PRECISION_CHOICES",
     "TRUE_STRINGS",
     "LaunchEnvironment",
     "LaunchEnvironmentError",
@@ -34,7 +36,6 @@ __all__ = [
 ]
 _T = TypeVar("_T")
 
-MIXED_PRECISION_CHOICES = ("no", "fp16", "bf16")
 DEFAULT_PROCESS_GROUP_TIMEOUT = 1800.0
 
 

@@ -1,6 +1,6 @@
 """How the ``deepspeed`` engine describes itself (torch-free: ``accel launch`` reads it).
 
-See :class:`accel_core.engine_description.EngineDescription`. The launch options' ``engine_key``
+See :class:`accel_base.engine_description.EngineDescription`. The launch options' ``engine_key``
 values are the one map from launch keys (and ``DeepSpeedPlugin`` fields) to DeepSpeed's dotted
 keys; :mod:`accel_backends.deepspeed.resolution` reads it from here. ``accel config`` asks for
 a DeepSpeed JSON file or, without one, the ZeRO settings.
@@ -8,9 +8,9 @@ a DeepSpeed JSON file or, without one, the ZeRO settings.
 
 from __future__ import annotations
 
-from accel_core.config_question import ConfigQuestion
-from accel_core.engine_description import ConfigKey, EngineDescription, LaunchOption
-from accel_core.mesh_dimension import DP_REPLICATE
+from accel_base.config_question import ConfigQuestion
+from accel_base.engine_description import ConfigKey, EngineDescription, LaunchOption
+from accel_base.mesh_dimension import DP_REPLICATE
 
 #: Where DeepSpeed may offload optimizer states or parameters.
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")

@@ -1,6 +1,6 @@
 """How the ``fsdp`` engine describes itself (torch-free: ``accel launch`` reads it).
 
-See :class:`accel_core.engine_description.EngineDescription`. Accelerate's older files give
+See :class:`accel_base.engine_description.EngineDescription`. Accelerate's older files give
 ``fsdp_sharding_strategy`` by number (1 = ``FULL_SHARD``) and call ``fsdp_backward_prefetch``
 ``fsdp_backward_prefetch_policy``; both are still read.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from accel_core.config_question import ConfigQuestion
-from accel_core.engine_description import EngineDescription, LaunchOption
-from accel_core.mesh_dimension import DP_REPLICATE, DP_SHARD, TP
+from accel_base.config_question import ConfigQuestion
+from accel_base.engine_description import EngineDescription, LaunchOption
+from accel_base.mesh_dimension import DP_REPLICATE, DP_SHARD, TP
 
 FSDP_SHARDING_STRATEGIES = (
     "FULL_SHARD",

@@ -286,7 +286,7 @@ class FullyShardedDataParallelPlugin(FSDPPluginSettings):
 
 def as_bool_text(text: str, field: str) -> bool:
     """``text`` (``true``/``false``...) as a boolean, or a ``ValueError`` naming ``field``."""
-    from accel_ops.env_values import parse_bool
+    from accel_base.env_values import parse_bool
 
     try:
         return parse_bool(text)

@@ -1,6 +1,6 @@
 """How the ``xla`` engine describes itself (torch-free: ``accel launch`` reads it).
 
-See :class:`accel_core.engine_description.EngineDescription`. Its one launch option,
+See :class:`accel_base.engine_description.EngineDescription`. Its one launch option,
 ``downcast_bf16``, is a top-level key of the config file (the engine has no section); it is also
 the one question ``accel config`` asks about it. Its processes run on XLA devices, not GPUs. Its
 random number generator (:mod:`accel_backends.xla.rng`) is what accel-core's ``set_seed`` and
@@ -9,9 +9,9 @@ random number generator (:mod:`accel_backends.xla.rng`) is what accel-core's ``s
 
 from __future__ import annotations
 
-from accel_core.config_question import ConfigQuestion
-from accel_core.engine_description import EngineDescription, LaunchOption
-from accel_core.mesh_dimension import DP_REPLICATE
+from accel_base.config_question import ConfigQuestion
+from accel_base.engine_description import EngineDescription, LaunchOption
+from accel_base.mesh_dimension import DP_REPLICATE
 
 _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption(

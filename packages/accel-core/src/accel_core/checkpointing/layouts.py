@@ -282,7 +282,7 @@ def _layout_hooks(reader: CheckpointReader) -> list[LayoutHook]:
 
 def _engine_layout_hooks(reader: CheckpointReader) -> list[tuple[str, LayoutHook]]:
     """``(engine title, hook)`` for each installed engine's layout hooks, the writer's first."""
-    from accel_core.engine_description import installed_engines, load_hook
+    from accel_base.engine_description import installed_engines, load_hook
 
     writer = reader.manifest.strategy if reader.manifest is not None else None
     engines = sorted(installed_engines().values(), key=lambda e: e.name != writer)

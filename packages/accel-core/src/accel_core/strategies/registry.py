@@ -1,6 +1,6 @@
 """Strategy names -> descriptions and lazy factories.
 
-Every strategy is described by an :class:`~accel_core.engine_description.EngineDescription`
+Every strategy is described by an :class:`~accel_base.engine_description.EngineDescription`
 that its package publishes in the ``accel.strategies`` entry-point group::
 
     [project.entry-points."accel.strategies"]
@@ -21,13 +21,13 @@ from collections.abc import Callable
 from functools import cache
 from typing import Any, cast
 
-from accel_core.built_in_engines import BUILT_IN, ENGINE_HINT, ENGINE_PACKAGE
-from accel_core.engine_description import (
+from accel_base.engine_description import (
     ENTRY_POINT_GROUP,
     EngineDescription,
     describe_entry_point,
     engine_for,
 )
+from accel_core.built_in_engines import BUILT_IN, ENGINE_HINT, ENGINE_PACKAGE
 from accel_core.strategies.base import Strategy
 
 __all__ = [

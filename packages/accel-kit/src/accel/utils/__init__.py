@@ -140,7 +140,7 @@ _NAMES = {
     "extract_submodules_state_dict": "accel_bigmodel",
     "CustomDtype": "accel_bigmodel",
     "write_basic_config": "accel_launch",
-    "is_port_in_use": "accel_ops",
+    "is_port_in_use": "accel_base.ports",
     "ParallelismConfig": "accel_backends",
 }
 # Accelerate's utils submodules: each is a table of its own, merged into this one.

@@ -14,6 +14,7 @@ from accel_launch.commands import add_config_file_argument, command_parser
 
 PACKAGES = (
     "accel-launch",
+    "accel-base",
     "accel-ops",
     "accel-core",
     "accel-backends",

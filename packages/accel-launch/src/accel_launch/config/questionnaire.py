@@ -2,7 +2,7 @@
 
 The launcher asks its own questions (machines, the kind of distributed training, processes,
 GPUs, torch.compile, precision); the questions about an engine are the engine's own, the
-``config_questions`` its description lists (:mod:`accel_core.config_question`), asked here for
+``config_questions`` its description lists (:mod:`accel_base.config_question`), asked here for
 any installed engine the same way. Without accel-core no engine is installed, so none is asked.
 """
 
@@ -22,8 +22,8 @@ from accel_launch.errors import AccelLaunchError
 from accel_launch.launch import engines
 
 if TYPE_CHECKING:
-    from accel_core.config_question import ConfigQuestion
-    from accel_core.engine_description import EngineDescription, OptionValue
+    from accel_base.config_question import ConfigQuestion
+    from accel_base.engine_description import EngineDescription, OptionValue
 
 #: The built-in kinds; each installed engine with a ``distributed_type`` adds one, by its title.
 DISTRIBUTED_CHOICES = {

@@ -13,15 +13,14 @@ from dataclasses import dataclass, replace
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from accel_base.env_values import MIXED_PRECISION_CHOICES, parse_bool
 from accel_launch.errors import ConfigError
 
 if TYPE_CHECKING:
-    from accel_core.engine_description import EngineDescription
+    from accel_base.engine_description import EngineDescription
 
-# The launcher's one list of mixed-precision modes. accel_ops.launch_environment has the same
-# tuple for the torch side; the launcher can't import it (no torch at start-up), and
-# accel-kit/tests/test_shared_definitions.py checks the two agree.
-MIXED_PRECISIONS = ("no", "fp16", "bf16")
+#: The mixed-precision modes: accel-base's one list, which the workers' LaunchEnvironment accepts.
+MIXED_PRECISIONS = MIXED_PRECISION_CHOICES
 RDZV_BACKENDS = ("static", "c10d", "etcd", "etcd-v2")
 DYNAMO_BACKENDS = (
     "no",
@@ -256,10 +255,6 @@ def top_keys() -> dict[str, Field]:
     return keys
 
 
-_TRUE = {"true", "yes", "1", "on"}
-_FALSE = {"false", "no", "0", "off", ""}
-
-
 def _unknown_key_error(
     where: str, key: str, known: Mapping[str, Field], section: str = ""
 ) -> ConfigError:
@@ -291,8 +286,11 @@ def coerce(where: str, key: str, value: object, spec: Field) -> object:
     if kind == "bool":
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-            return value.strip().lower() in _TRUE
+        if isinstance(value, str):
+            try:
+                return parse_bool(value)
+            except ValueError:
+                pass
         raise _bad_value(where, key, value, "true or false")
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, (int, str)):

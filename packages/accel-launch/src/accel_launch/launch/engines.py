@@ -1,25 +1,25 @@
 """The strategies ``accel launch`` can choose: the built-in ones and the engines installed here.
 
-An engine describes itself (accel-core's ``EngineDescription``, found through the
-``accel.strategies`` entry-point group): its ``--use_*`` flag, its launch options, its config-file
-section, its ``distributed_type`` and its launch check. The launcher reads those descriptions and
-keeps no list of engines of its own. The same holds for the mesh dimensions a ``ParallelismConfig``
-sizes (:func:`dimensions`: accel-core's records, and those engines declare). accel-launch does not
-depend on accel-core: without it, only the built-in strategies (``single_device``, ``ddp``:
-distributed types ``NO``, ``MULTI_CPU``, ``MULTI_GPU``) exist, and no dimension. The descriptions
-module imports no torch, and the descriptions are read once per process.
+An engine describes itself (an :class:`~accel_base.engine_description.EngineDescription`, found
+through the ``accel.strategies`` entry-point group by accel-base's one reader): its ``--use_*``
+flag, its launch options, its config-file section, its ``distributed_type`` and its launch check.
+The launcher reads those descriptions and keeps no list of engines of its own. The same holds for
+the mesh dimensions a ``ParallelismConfig`` sizes (:func:`dimensions`: accel-base's records of
+Accelerate's dimensions, and those engines declare). The description types come from accel-base
+(standard library only, always installed with the launcher); the engines come from the installed
+packages: with accel-launch alone there are none, only the built-in strategies (``single_device``,
+``ddp``: distributed types ``NO``, ``MULTI_CPU``, ``MULTI_GPU``), and no dimension. The
+descriptions are read once per process.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING
 
+from accel_base import engine_description
+from accel_base.engine_description import EngineDescription, engine_for
+from accel_base.mesh_dimension import MeshDimension, all_dimensions
 from accel_launch.errors import AccelLaunchError
-
-if TYPE_CHECKING:
-    from accel_core.engine_description import EngineDescription
-    from accel_core.mesh_dimension import MeshDimension
 
 #: The strategies every launch can choose, with or without accel-core's engines.
 BUILT_IN_STRATEGIES = ("single_device", "ddp")
@@ -33,26 +33,21 @@ ENGINE_HINT = (
 
 
 def installed() -> Mapping[str, EngineDescription]:
-    """The engines the installed packages describe, by name, sorted by name (none without
-    accel-core)."""
-    try:
-        from accel_core.engine_description import installed_engines
-    except ImportError:
-        return {}
-    found = installed_engines()
+    """The engines the installed packages describe, by name, sorted by name (none with
+    accel-launch alone)."""
+    found = engine_description.installed_engines()
     return {name: found[name] for name in sorted(found)}
 
 
 def dimensions() -> tuple[MeshDimension, ...]:
-    """The mesh dimensions a ``ParallelismConfig`` may size here, each as accel-core's record:
-    those of Accelerate's ``ParallelismConfig`` (accel-core's table), then those only the
-    installed engines declare. None without accel-core: like the engines, the dimensions are
-    described there, and the launcher keeps no list of its own."""
-    try:
-        from accel_core.mesh_dimension import all_dimensions
-    except ImportError:
+    """The mesh dimensions a ``ParallelismConfig`` may size here, each as accel-base's record:
+    those of Accelerate's ``ParallelismConfig`` (accel-base's table), then those only the
+    installed engines declare. None when no engine is installed: the ``ParallelismConfig``
+    that reads the sizes comes with the engines (accel-core, accel-backends)."""
+    engines = installed()
+    if not engines:
         return ()
-    return tuple(all_dimensions(installed().values()).values())
+    return tuple(all_dimensions(engines.values()).values())
 
 
 def strategy_names() -> list[str]:
@@ -64,8 +59,6 @@ def engine(name: str | None) -> EngineDescription | None:
     """The installed engine called ``name`` (or one of its aliases); ``None`` if none."""
     if not name:
         return None
-    from accel_core.engine_description import engine_for
-
     engines = installed()
     return engine_for(name, engines) if engines else None
 
@@ -101,6 +94,4 @@ def distributed_types() -> tuple[str, ...]:
 
 def load_hook(target: str) -> Callable[..., object]:
     """Import a description's ``"module:attribute"`` hook."""
-    from accel_core.engine_description import load_hook as load
-
-    return load(target)
+    return engine_description.load_hook(target)

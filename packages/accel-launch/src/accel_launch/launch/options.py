@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from accel_base import env_values
 from accel_launch.config import schema
 from accel_launch.launch import engines, parallelism
 
 if TYPE_CHECKING:
-    from accel_core.engine_description import EngineDescription
+    from accel_base.engine_description import EngineDescription
 
 
 @dataclass(frozen=True)
@@ -433,13 +434,12 @@ def _group_titles() -> dict[str, str]:
 
 
 def parse_bool(text: str) -> bool:
-    """``true``/``false`` (also yes/no, 1/0, on/off) for options that take a boolean value."""
-    lowered = text.strip().lower()
-    if lowered in ("true", "yes", "1", "on"):
-        return True
-    if lowered in ("false", "no", "0", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false")
+    """``true``/``false`` (also yes/no, 1/0, on/off: accel-base's one reading of a boolean) for
+    options that take a boolean value."""
+    try:
+        return env_values.parse_bool(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a boolean; use true or false") from None
 
 
 def parse_machines(text: str | int) -> int | tuple[int, int]:

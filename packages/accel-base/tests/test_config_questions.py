@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from accel_core.config_question import ConfigQuestion
-from accel_core.engine_description import ConfigKey, EngineDescription, LaunchOption
+from accel_base.config_question import ConfigQuestion
+from accel_base.engine_description import ConfigKey, EngineDescription, LaunchOption
 
 _OPTIONS = (
     LaunchOption("mode", "Mode.", choices=("fast", "safe")),
