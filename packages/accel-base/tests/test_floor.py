@@ -14,7 +14,7 @@ import pytest
 
 import accel_base
 from accel_base import env_values, ports
-from accel_base.env_values import LaunchEnvironmentError, env_bool, parse_bool
+from accel_base.env_values import parse_bool
 
 
 def _submodules() -> list[str]:
@@ -80,17 +80,6 @@ def test_false_spellings(text):
 def test_other_values_are_refused_with_the_spellings(text):
     with pytest.raises(ValueError, match="a boolean: one of 1, true, yes, on or 0, false, no, off"):
         parse_bool(text)
-
-
-def test_a_variable_is_read_by_name_and_its_error_names_it():
-    environ = {"ACCEL_DEBUG_MODE": "Yes", "ACCEL_USE_CPU": "maybe"}
-    assert env_bool(environ, "ACCEL_DEBUG_MODE") is True
-    assert env_bool(environ, "ACCEL_UNSET") is False
-    assert env_bool(environ, "ACCEL_UNSET", default=True) is True
-    with pytest.raises(LaunchEnvironmentError) as caught:
-        env_bool(environ, "ACCEL_USE_CPU")
-    assert str(caught.value).startswith("ACCEL_USE_CPU='maybe' is not valid; expected a boolean")
-    assert isinstance(caught.value, ValueError)
 
 
 def test_seconds_reads_a_duration_and_names_the_variable_it_refuses():

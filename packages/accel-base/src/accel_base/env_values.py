@@ -33,18 +33,6 @@ def parse_bool(text: str) -> bool:
     raise ValueError("a boolean: one of 1, true, yes, on or 0, false, no, off (any case)")
 
 
-def env_bool(environ: Mapping[str, str], name: str, default: bool = False) -> bool:
-    """The boolean in variable ``name`` of ``environ`` (``default`` when unset); a value
-    :func:`parse_bool` can't read is a :class:`LaunchEnvironmentError` naming the variable."""
-    text = environ.get(name)
-    if text is None:
-        return default
-    try:
-        return parse_bool(text)
-    except ValueError as error:
-        raise LaunchEnvironmentError(f"{name}={text!r} is not valid; expected {error}") from None
-
-
 def seconds(environ: Mapping[str, str], name: str, default: float, zero_ok: bool = False) -> float:
     """The number of seconds in variable ``name`` of ``environ`` (``default`` when unset or
     empty): above 0, or 0 too with ``zero_ok``; another value is a ``ValueError`` naming it."""

@@ -10,7 +10,6 @@ from accel_base.env_values import (
     MIXED_PRECISION_CHOICES,
     TRUE_STRINGS,
     LaunchEnvironmentError,
-    env_bool,
     parse_bool,
     seconds,
 )
@@ -20,7 +19,6 @@ __all__ = [
     "MIXED_PRECISION_CHOICES",
     "TRUE_STRINGS",
     "LaunchEnvironmentError",
-    "env_bool",
     "parse_bool",
     "seconds",
 ]
