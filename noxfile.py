@@ -34,6 +34,8 @@ TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2"]
 ACCELERATE = "accelerate==1.15.0"
 #: What the ``ecosystem`` session runs on accel (and on Accelerate, to compare).
 TRANSFORMERS = "transformers==5.23.0"
+#: Lightning Fabric, a peer in the start-up benchmark (its own venv, torch pinned).
+LIGHTNING = "lightning==2.6.6"
 ECOSYSTEM = (TRANSFORMERS, "peft==0.21.2", "trl==1.16.0", "datasets==5.2.0")
 
 nox.options.error_on_missing_interpreters = True
@@ -458,8 +460,23 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against Hugging Face Accelerate and raw PyTorch; writes benchmarks/RESULTS.md."""
     _install_local(session, list(LOCAL), extras="bench")
     session.install(TORCH, TRANSFORMERS, DEEPSPEED, env={"DS_BUILD_OPS": "0"})
-    env = {"ACCEL_BENCH_HF_PYTHON": _accelerate_python(session, packages=(TRANSFORMERS,))}
+    env = {
+        "ACCEL_BENCH_HF_PYTHON": _accelerate_python(session, packages=(TRANSFORMERS,)),
+        "ACCEL_BENCH_FABRIC_PYTHON": _fabric_python(session),
+    }
     session.run("python", "benchmarks/run.py", *session.posargs, env=env)
+
+
+def _fabric_python(session: nox.Session) -> str:
+    """A separate venv with Lightning Fabric (``lightning``, torch pinned in the same command),
+    for bench_first_step; returns its interpreter."""
+    venv = ROOT / ".nox" / "_shared" / "lightning-fabric"
+    shutil.rmtree(venv, ignore_errors=True)
+    python = venv / "bin" / "python"
+    session.run("python", "-m", "venv", str(venv), external=True)
+    _add_torch(session, str(python))
+    session.run(str(python), "-m", "pip", "install", "-q", LIGHTNING, TORCH, external=True)
+    return str(python)
 
 
 @nox.session(default=False)
