@@ -44,7 +44,7 @@ class HeldWrite:
         self.gate.set()
         self.threads: list[str] = []
         self.finished: list[float] = []
-        strategy = accelerator.strategy
+        strategy = accelerator.strategy.checkpoint_io
         save_checkpoint = strategy.save_checkpoint
         write_and_commit = background.write_and_commit
 
@@ -168,7 +168,7 @@ def killed_during_write() -> None:
         (project / "losses.json").write_text(json.dumps(after))
     accelerator.wait_for_everyone()
     gate = threading.Event()
-    strategy = accelerator.strategy
+    strategy = accelerator.strategy.checkpoint_io
     strategy.save_checkpoint = _then_die(strategy.save_checkpoint, gate)
     accelerator.save_state(async_save=True)
     try:

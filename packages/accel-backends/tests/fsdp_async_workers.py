@@ -49,7 +49,7 @@ class HeldWrite:
         self.groups: list[dict[str, Any]] = []
         self.dcp_groups: list[dict[str, Any]] = []
         self.finished: list[float] = []
-        strategy = accelerator.strategy
+        strategy = accelerator.strategy.checkpoint_io
         save_checkpoint = strategy.save_checkpoint
         write_and_commit = background.write_and_commit
         save_folder = dcp.save_folder
@@ -198,7 +198,7 @@ def killed_during_write() -> None:
     if accelerator.is_main_process:
         torch.save({"at_checkpoint": at_checkpoint, "after": after}, project / "weights.pt")
     accelerator.wait_for_everyone()
-    strategy = accelerator.strategy
+    strategy = accelerator.strategy.checkpoint_io
     strategy.save_checkpoint = _then_die(strategy.save_checkpoint)
     accelerator.save_state(async_save=True)
     train(accelerator, model, optimizer, range(5, 6))  # the loop goes on meanwhile

@@ -24,8 +24,8 @@ def test_without_a_plugin_it_builds_one_of_version_2():
     strategy = FSDPStrategy()
     assert isinstance(strategy.plugin, FullyShardedDataParallelPlugin)
     assert strategy.plugin.fsdp_version == 2
-    assert strategy.name == "fsdp" and strategy.replicates_model is False
-    assert strategy.supports_async_save is True
+    assert strategy.name == "fsdp" and strategy.compat.replicates_model is False
+    assert strategy.checkpoint_io.supports_async_save is True
 
 
 def test_plugin_fields_are_options():
@@ -51,11 +51,11 @@ def test_fsdp_version_1_is_taken_from_the_plugin_or_the_options():
 
 def test_the_strategy_answers_accelerates_is_fsdp2_from_its_plugin():
     # AcceleratorState.is_fsdp2 reads this answer; accel-core reads no FSDP plugin field
-    assert FSDPStrategy().compat_flags == frozenset({"is_fsdp2"})
-    assert FSDPStrategy(plugin=FullyShardedDataParallelPlugin(fsdp_version=2)).compat_flags == {
+    assert FSDPStrategy().compat.flags == frozenset({"is_fsdp2"})
+    assert FSDPStrategy(plugin=FullyShardedDataParallelPlugin(fsdp_version=2)).compat.flags == {
         "is_fsdp2"
     }
-    assert FSDPStrategy(fsdp_version=1).compat_flags == frozenset()
+    assert FSDPStrategy(fsdp_version=1).compat.flags == frozenset()
 
 
 def test_local_state_dicts_are_refused_naming_the_setting_to_use():

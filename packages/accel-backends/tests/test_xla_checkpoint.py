@@ -126,7 +126,9 @@ def test_the_files_are_plain_cpu_files_read_without_torch_xla(tmp_path):
         folder = accelerator.save_state(tmp_path / "checkpoint")
         expected = {
             "weights": accelerator.get_state_dict(model),
-            "optimizer": accelerator.strategy.checkpoint_optimizer_states([optimizer])[0],
+            "optimizer": accelerator.strategy.checkpoint_io.checkpoint_optimizer_states(
+                [optimizer]
+            )[0],
             "last_epoch": scheduler.scheduler.last_epoch,
         }
     torch.save(expected, tmp_path / "expected.pt")

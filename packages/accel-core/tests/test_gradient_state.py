@@ -114,12 +114,8 @@ def test_xla_synced_flag_and_fsdp(monkeypatch):
     state.is_xla_gradients_synced = True
     assert GradientState().is_xla_gradients_synced is True
     state.is_xla_gradients_synced = False
-    # The raw environment does not decide it any more: the chosen strategy does.
+    # The raw environment does not decide it: the XLA strategy sets it.
     monkeypatch.setenv("ACCEL_STRATEGY", "fsdp")
-    assert state.is_xla_gradients_synced is False
-    state._follow_strategy(True)
-    assert state.is_xla_gradients_synced is True
-    state._follow_strategy(False)
     assert state.is_xla_gradients_synced is False
 
 

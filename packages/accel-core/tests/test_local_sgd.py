@@ -164,7 +164,10 @@ def test_one_process_is_a_no_op():
 def test_a_strategy_that_does_not_replicate_the_model_and_bad_steps():
     class ShardingStrategy(SingleDeviceStrategy):
         name = "sharding"
-        replicates_model = False
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.compat.replicates_model = False
 
     class Sharded(OneProcess):
         strategy = ShardingStrategy()

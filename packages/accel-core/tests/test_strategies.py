@@ -23,6 +23,7 @@ from accel_core.strategies import (
     register_strategy,
     resolve_strategy,
 )
+from accel_core.strategies.accumulation_policy import AccumulationPolicy
 from accel_core.strategies.ddp import DDPStrategy
 from accel_core.strategies.single_device import SingleDeviceStrategy
 
@@ -116,12 +117,19 @@ def test_ddp_without_a_process_group_says_how_to_launch():
         Accelerator(strategy="ddp")
 
 
+class _CountingAccumulation(AccumulationPolicy):
+    def configure(self, plugin):
+        self.strategy.calls.append("accumulation.configure")
+        return super().configure(plugin)
+
+
 class _CountingStrategy(SingleDeviceStrategy):
     name = "counting"
 
     def __init__(self, kwargs_handlers=(), **options):
         super().__init__(kwargs_handlers)
         self.calls = []
+        self.accumulation = _CountingAccumulation(self)
 
     def setup_environment(self, state):
         super().setup_environment(state)
@@ -130,10 +138,6 @@ class _CountingStrategy(SingleDeviceStrategy):
     def setup_precision(self, mode, **handlers):
         self.calls.append("setup_precision")
         return super().setup_precision(mode, **handlers)
-
-    def configure_accumulation(self, plugin):
-        self.calls.append("configure_accumulation")
-        return super().configure_accumulation(plugin)
 
     def setup(self, models, optimizers, schedulers, dataloaders, **placement):
         self.calls.append(f"setup({len(models)}, {len(optimizers)}, {len(schedulers)})")
@@ -146,10 +150,6 @@ class _CountingStrategy(SingleDeviceStrategy):
     def setup_optimizer(self, optimizer, parameter_map, *, device_placement):
         self.calls.append("setup_optimizer")
         return super().setup_optimizer(optimizer, parameter_map, device_placement=device_placement)
-
-    def setup_scheduler(self, scheduler, optimizers):
-        self.calls.append("setup_scheduler")
-        return super().setup_scheduler(scheduler, optimizers)
 
     def optimizer_step(self, optimizer, closure=None):
         self.calls.append("optimizer_step")
@@ -176,11 +176,10 @@ def test_a_registered_strategy_is_used_in_the_documented_order():
     assert accelerator.strategy.calls == [
         "setup_environment",
         "setup_precision",
-        "configure_accumulation",
+        "accumulation.configure",
         "setup(1, 1, 1)",  # one joint call, whatever the order of the arguments
         "setup_module",
         "setup_optimizer",
-        "setup_scheduler",
         "backward",
         "optimizer_step",
     ]

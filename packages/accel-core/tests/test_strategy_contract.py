@@ -8,6 +8,7 @@ import contextlib
 import pytest
 import torch
 
+from accel_core.strategies.checkpoint_io import CheckpointIO
 from accel_core.strategies.ddp import DDPStrategy
 from accel_core.strategies.single_device import SingleDeviceStrategy
 from accel_testing.processes import WorkersFailed
@@ -48,11 +49,17 @@ class _NeverSteps(SingleDeviceStrategy):
         return None
 
 
+class _ForgetfulCheckpointIO(CheckpointIO):
+    def load_checkpoint(self, reader, models, optimizers, **options):
+        return None
+
+
 class _ForgetsOnLoad(SingleDeviceStrategy):
     name = "forgets_on_load"
 
-    def load_checkpoint(self, reader, models, optimizers, **options):
-        return None
+    def __init__(self, kwargs_handlers=(), **options):
+        super().__init__(kwargs_handlers, **options)
+        self.checkpoint_io = _ForgetfulCheckpointIO(self)
 
 
 class _ClipsNothing(SingleDeviceStrategy):

@@ -15,6 +15,8 @@ from accel_core.gradient_state import GradientAccumulationPlugin
 from accel_core.precision import Precision, get_grad_scaler
 from accel_core.state import AcceleratorState
 from accel_core.strategies import repoint_optimizer
+from accel_core.strategies.accumulation_policy import AccumulationPolicy
+from accel_core.strategies.compat import AccelerateCompat
 from accel_core.strategies.single_device import SingleDeviceStrategy
 
 
@@ -101,20 +103,22 @@ def test_loaders_are_sharded_with_the_strategys_sampler_arguments_then_processed
     assert prepared.processed_by == "half"
 
 
+class _EngineAccumulation(AccumulationPolicy):
+    def configure(self, plugin):
+        return GradientAccumulationPlugin(num_steps=4)  # an engine's own config wins
+
+
 class _RecordingStrategy(SingleDeviceStrategy):
     name = "recording"
-    reduces_gradients_in_step = True
 
     def __init__(self, kwargs_handlers=(), **options):
         super().__init__(kwargs_handlers)
         self.seen = []
+        self.accumulation = _EngineAccumulation(self)
 
     def setup_precision(self, mode, **handlers):
         self._precision = _TimesEight(mode, self.root_device)
         return self._precision
-
-    def configure_accumulation(self, plugin):
-        return GradientAccumulationPlugin(num_steps=4)  # an engine's own config wins
 
     def backward(self, loss, **kwargs):
         self.seen.append(loss)
@@ -129,11 +133,6 @@ class _RecordingStrategy(SingleDeviceStrategy):
     def module_init_context(self, empty_init=None):
         self.seen.append(("init", empty_init))
         return torch.device("meta")
-
-    def make_grad_scaler(self, device_type, **kwargs):
-        scaler = torch.amp.GradScaler(device_type, **kwargs)
-        scaler.made_by = self.name
-        return scaler
 
     def gather(self, data):
         self.seen.append("gather")
@@ -216,8 +215,7 @@ def test_collectives_go_through_a_strategy_that_has_them():
 def test_questions_accel_core_asks_the_strategy():
     strategy = _RecordingStrategy()
     accelerator = Accelerator(strategy=strategy)
-    assert accelerator.gradient_state.is_xla_gradients_synced is True
-    assert get_grad_scaler(None, "cpu").made_by == "recording"
+    assert isinstance(get_grad_scaler(None, "cpu"), torch.amp.GradScaler)
     assert accelerator.multi_device is False
     assert accelerator.device == strategy.root_device
 
@@ -241,7 +239,7 @@ def test_deepspeed_plugin_is_read_only_when_the_strategy_was_built_from_it(monke
         world_size=1,
         plugins={"deepspeed": plugin},
     )
-    assert chosen.plugin is plugin  # the resolver records what it was built from
+    assert chosen.compat.plugin is plugin  # the resolver records what it was built from
     state = AcceleratorState(_from_accelerator=True)
     state.deepspeed_plugins = plugin
     assert state.deepspeed_plugin is None  # no strategy chosen yet
@@ -261,17 +259,15 @@ def test_optional_abilities_are_protocols():
 
 
 class _PluginStrategy(SingleDeviceStrategy):
-    plugin_slot = "fsdp_plugin"
+    slot = "fsdp_plugin"
 
     def __init__(self, plugin: object) -> None:
         super().__init__()
         self.plugin = plugin
-
-    @property
-    def compat_flags(self) -> frozenset[str]:
         # as accel-backends' fsdp strategy answers Accelerate's is_fsdp2, from its plugin
-        version = getattr(self.plugin, "fsdp_version", None)
-        return frozenset({"is_fsdp2"}) if version == 2 else frozenset()
+        version = getattr(plugin, "fsdp_version", None)
+        flags = frozenset({"is_fsdp2"}) if version == 2 else frozenset()
+        self.compat = AccelerateCompat(plugin=plugin, plugin_slot=self.slot, flags=flags)
 
 
 def test_a_strategy_chosen_without_a_plugin_shows_its_own_in_the_state_slot():
@@ -291,7 +287,7 @@ def test_a_plugin_given_to_the_accelerator_is_not_replaced_by_the_strategys():
 
 
 class _SelectingStrategy(_PluginStrategy):
-    plugin_slot = "deepspeed_plugins"
+    slot = "deepspeed_plugins"
 
     def __init__(self, plugins: dict) -> None:
         super().__init__(plugins["a"])
@@ -299,7 +295,7 @@ class _SelectingStrategy(_PluginStrategy):
 
     def select_plugin(self, name):
         self.selected.append(name)
-        self.plugin = self.plugins[name]
+        self.plugin = self.compat.plugin = self.plugins[name]
 
 
 def test_select_deepspeed_plugin_asks_the_strategy_and_names_what_exists():

@@ -63,6 +63,7 @@ from accel_core.tracking.experiment import ExperimentTracking
 from accel_core.tracking.mixin import TrackingMixin
 from accel_core.training_step import TrainingStepMixin
 from accel_core.triggers import TriggerMixin
+from accel_core.unwrap import extract_model_from_parallel
 
 
 class Accelerator(
@@ -192,13 +193,12 @@ class Accelerator(
         self.scaler = self.precision.scaler
         # The strategy answers for accumulation before the process-wide state exists.
         self.gradient_state = GradientState(
-            self.strategy.configure_accumulation(
+            self.strategy.accumulation.configure(
                 settings.accumulation_plugin(
                     gradient_accumulation_steps, gradient_accumulation_plugin, environment
                 )
             )
         )
-        self.gradient_state._follow_strategy(self.strategy.reduces_gradients_in_step)
         self.dataloader_config = settings.dataloader_config(dataloader_config, split_batches)
         self.device_placement = device_placement
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
@@ -206,9 +206,7 @@ class Accelerator(
         project_configuration = project_config or ProjectConfiguration()
         if project_dir is not None:
             project_configuration.set_directories(project_dir)
-        # The parts, each owning its fields; the strategy's optimizers read the shared states.
-        self.strategy.accelerator_state = self.state
-        self.strategy.gradient_state = self.gradient_state
+        # The parts, each owning its fields.
         self._prepared = PreparedObjects()
         self._accumulation = Accumulation(self.gradient_state, self.strategy, self.use_distributed)
         self._tracking = ExperimentTracking(log_with, project_configuration, self.state)
@@ -287,13 +285,13 @@ class Accelerator(
         keep_torch_compile: bool = True,
     ) -> torch.nn.Module:
         """The model inside the wrappers ``prepare`` added."""
-        return self.strategy.unwrap_model(model, keep_fp32_wrapper, keep_torch_compile)
+        return extract_model_from_parallel(model, keep_fp32_wrapper, keep_torch_compile)
 
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """The model's state dict as the strategy gathers it (call on every process)."""
         if not unwrap:
             return model.state_dict()
-        return self.strategy.model_state_dict(model)
+        return self.strategy.checkpoint_io.model_state_dict(model)
 
     def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
         """Write ``obj`` to ``f`` once (per node with ``save_on_each_node``), atomically."""

@@ -82,7 +82,6 @@ class GradientState:
                 else {}
             )
             self._is_xla_gradients_synced = False
-            self._strategy_reduces_gradients = False
         if gradient_accumulation_plugin is not None:
             new_kwargs = gradient_accumulation_plugin.to_kwargs()
             if new_kwargs != self.plugin_kwargs:
@@ -186,19 +185,12 @@ class GradientState:
 
     @property
     def is_xla_gradients_synced(self) -> bool:
-        """Whether XLA gradients were reduced for this step: always true when the chosen
-        strategy reduces them inside its own step (``Strategy.reduces_gradients_in_step``)."""
-        if self.__dict__.get("_strategy_reduces_gradients", False):
-            return True
+        """Whether XLA gradients were reduced for this step (the XLA strategy sets it)."""
         return bool(self._is_xla_gradients_synced)
 
     @is_xla_gradients_synced.setter
     def is_xla_gradients_synced(self, is_synced: bool) -> None:
         self._is_xla_gradients_synced = is_synced
-
-    def _follow_strategy(self, reduces_gradients_in_step: bool) -> None:
-        """Record what the Accelerator's strategy answers (called when the Accelerator is built)."""
-        self._strategy_reduces_gradients = bool(reduces_gradients_in_step)
 
     def _set_sync_gradients(self, sync_gradients: bool) -> None:
         """Set whether this step synchronises gradients (called by the Accelerator)."""

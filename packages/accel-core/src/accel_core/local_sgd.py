@@ -34,7 +34,7 @@ class LocalSGD:
 
     ``accelerator`` needs ``num_processes``, ``strategy`` and ``reduce(tensor, reduction="mean")``
     (an ``Accelerator`` has them); its strategy must replicate the model on every process
-    (``Strategy.replicates_model``). Inside the ``with`` block
+    (``Strategy.compat.replicates_model``). Inside the ``with`` block
     the model's gradient synchronisation is off (``model.no_sync()`` when the model has it); call
     :meth:`step` after every ``optimizer.step()``, and every ``local_sgd_steps`` calls the
     parameters are replaced by their mean over all processes. Leaving the block averages once more
@@ -59,7 +59,7 @@ class LocalSGD:
         enabled: bool = True,
     ) -> None:
         strategy = accelerator.strategy
-        if not strategy.replicates_model:
+        if not strategy.compat.replicates_model:
             raise NotImplementedError(
                 f"LocalSGD needs a strategy that keeps the whole model on every process, and "
                 f"strategy {strategy.name!r} does not (its replicates_model is False): LocalSGD "

@@ -324,7 +324,9 @@ class ParallelismMixin:
     def multi_device(self) -> bool:
         """Whether several processes run on accelerator devices (GPUs, XPUs...; not CPUs)."""
         strategy = self.state.strategy
-        return bool(self.state.use_distributed and strategy is not None and strategy.multi_device)
+        return bool(
+            self.state.use_distributed and strategy is not None and strategy.compat.multi_device
+        )
 
     @property
     def is_fsdp2(self) -> bool:

@@ -76,16 +76,10 @@ def get_grad_scaler(
 ) -> torch.amp.GradScaler:
     """A gradient scaler for fp16 training, as the running strategy makes it.
 
-    With an Accelerator in this process, its strategy's
-    :meth:`~accel_core.Strategy.make_grad_scaler` answers (FSDP gives torch's sharded scaler);
-    before one exists, torch's ``GradScaler``. ``distributed_type`` is accepted for Accelerate's
-    signature: the strategy that runs decides, not a name.
+    torch's ``GradScaler``; a strategy that needs another scaler (FSDP's sharded one) builds it
+    into the :class:`Precision` its ``setup_precision`` returns (``accelerator.scaler``).
+    ``distributed_type`` is accepted for Accelerate's signature.
     """
-    from accel_core.state import AcceleratorState
-
-    strategy = AcceleratorState._shared_state.get("strategy")
-    if strategy is not None:
-        return strategy.make_grad_scaler(device_type, **kwargs)
     return torch.amp.GradScaler(device_type, **kwargs)
 
 
@@ -104,8 +98,9 @@ def _to_fp32(value: Any) -> Any:
 class Precision:
     """The precision a strategy owns: autocast context, fp16 gradient scaler, loss scaling.
 
-    ``Strategy.setup_precision`` builds it (``scaler_factory`` is the strategy's
-    ``make_grad_scaler``); the Accelerator reads ``mode``, ``scaler`` and ``autocast`` from it.
+    ``Strategy.setup_precision`` builds it (``scaler_factory`` makes the fp16 scaler: torch's
+    ``GradScaler`` unless the strategy passes another); the Accelerator reads ``mode``,
+    ``scaler`` and ``autocast`` from it.
     An engine that scales its loss itself builds a subclass whose ``scaler`` stays None.
     """
 

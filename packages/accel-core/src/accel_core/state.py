@@ -35,7 +35,7 @@ class AcceleratorState:
         dynamo_plugin: the ``torch.compile`` settings.
         deepspeed_plugins, fsdp_plugin, torch_tp_plugin, megatron_lm_plugin: Accelerate's engine
             plugins as given to the Accelerator (None when not given); ``deepspeed_plugin`` and
-            ``is_fsdp2`` read them (``is_fsdp2`` with the strategy's ``compat_flags``).
+            ``is_fsdp2`` read them (``is_fsdp2`` with the strategy's ``compat.flags``).
         parallelism_config, device_mesh: the ``ParallelismConfig`` and torch's ``DeviceMesh``
             built from it (None without one).
         partial: the underlying ``accel_ops.PartialState``; ``num_processes``, ``process_index``,
@@ -140,7 +140,8 @@ class AcceleratorState:
 
     def _strategy_built_from(self, plugins: object) -> bool:
         """Whether the chosen strategy was created from ``plugins`` (one of them, for a dict)."""
-        chosen = getattr(self.strategy, "plugin", None)
+        compat = getattr(self.strategy, "compat", None)
+        chosen = compat.plugin if compat is not None else None
         if chosen is None:
             return False
         if isinstance(plugins, dict):
@@ -150,16 +151,17 @@ class AcceleratorState:
     @property
     def is_fsdp2(self) -> bool:
         """Whether the strategy was created from the FSDP plugin, of ``fsdp_version`` 2: the
-        strategy says so (``"is_fsdp2"`` in its ``compat_flags``)."""
+        strategy says so (``"is_fsdp2"`` in its ``compat.flags``)."""
         return self._strategy_answers("is_fsdp2")
 
     def _strategy_answers(self, question: str) -> bool:
-        """Whether the chosen strategy has ``question`` among its ``compat_flags`` and was
+        """Whether the chosen strategy has ``question`` among its ``compat.flags`` and was
         created from the plugin this state holds in the strategy's ``plugin_slot``."""
         strategy = self.strategy
-        if question not in getattr(strategy, "compat_flags", ()):
+        compat = getattr(strategy, "compat", None)
+        if compat is None or question not in compat.flags:
             return False
-        slot = getattr(strategy, "plugin_slot", None)
+        slot = compat.plugin_slot
         plugin = getattr(self, slot, None) if slot is not None else None
         return plugin is not None and self._strategy_built_from(plugin)
 
@@ -289,11 +291,12 @@ class AcceleratorState:
     def _set_strategy(self, strategy: Strategy) -> None:
         """Record the strategy chosen by the Accelerator (after its ``setup_environment``)."""
         self.strategy = strategy
-        slot = strategy.plugin_slot
-        if slot is not None and strategy.plugin is not None and getattr(self, slot) is None:
-            setattr(self, slot, strategy.plugin)
-        if strategy.distributed_type is not None:
-            self.distributed_type = strategy.distributed_type
+        compat = strategy.compat
+        slot = compat.plugin_slot
+        if slot is not None and compat.plugin is not None and getattr(self, slot) is None:
+            setattr(self, slot, compat.plugin)
+        if compat.distributed_type is not None:
+            self.distributed_type = compat.distributed_type
 
     def __getattr__(self, name: str) -> Any:
         # Only called for names the state does not hold (or whose property failed): nothing is

@@ -82,7 +82,7 @@ class TrainingStepMixin:
         optimizer's fused backward-and-update runs instead, as in Accelerate.
         """
         steps = self.gradient_state.num_steps
-        loss = loss_to_backward(loss, steps, self.strategy.handles_accumulation)
+        loss = loss_to_backward(loss, steps, self.strategy.accumulation.owned_by_engine)
         learning_rate = kwargs.get("learning_rate")
         if learning_rate is not None and self._prepared.has_lomo_optimizer and self.scaler is None:
             self.lomo_backward(loss, learning_rate)

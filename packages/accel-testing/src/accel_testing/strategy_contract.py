@@ -105,8 +105,18 @@ def _same(left: dict[str, torch.Tensor], right: dict[str, torch.Tensor]) -> bool
 
 
 def check_joint_setup(make_strategy: StrategyFactory, workdir: Path) -> None:
-    """One ``prepare`` call sets everything up, returns it in the order given, on the device."""
+    """One ``prepare`` call sets everything up, returns it in the order given, on the device;
+    the strategy's parts (checkpoint, accumulation, Accelerate-compat) are the kinds accel-core
+    calls."""
+    from accel_core.strategies.accumulation_policy import AccumulationPolicy
+    from accel_core.strategies.checkpoint_io import CheckpointIO
+    from accel_core.strategies.compat import AccelerateCompat
+
     with _fresh(make_strategy) as accelerator:
+        strategy = accelerator.strategy
+        assert isinstance(strategy.checkpoint_io, CheckpointIO), "checkpoint_io: no CheckpointIO"
+        assert isinstance(strategy.accumulation, AccumulationPolicy), "accumulation: no policy"
+        assert isinstance(strategy.compat, AccelerateCompat), "compat: no AccelerateCompat"
         model, optimizer, scheduler, loader = _objects()
         prepared = accelerator.prepare(loader, scheduler, model, optimizer)
         p_loader, p_scheduler, p_model, p_optimizer = prepared
@@ -138,7 +148,7 @@ def check_step_changes_weights(make_strategy: StrategyFactory, workdir: Path) ->
         after = _weights(accelerator, model)
         assert not _same(before, after), "training did not change the weights"
         assert scheduler.get_last_lr()[0] < 0.05, "the scheduler did not follow the optimizer"
-        if accelerator.strategy.replicates_model and accelerator.num_processes > 1:
+        if accelerator.strategy.compat.replicates_model and accelerator.num_processes > 1:
             gathered = accelerator.gather_for_metrics([after], use_gather_object=True)
             assert all(_same(after, other) for other in gathered), "processes diverged"
 
@@ -168,7 +178,7 @@ def check_accumulation(make_strategy: StrategyFactory, workdir: Path) -> None:
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
         checks_sync = (
             accelerator.num_processes > 1
-            and accelerator.strategy.replicates_model
+            and accelerator.strategy.compat.replicates_model
             and isinstance(accelerator.strategy, SupportsNoSync)
         )
         batches = iter(loader)
@@ -196,7 +206,8 @@ def check_accumulation(make_strategy: StrategyFactory, workdir: Path) -> None:
 
 
 def check_state_dict_round_trip(make_strategy: StrategyFactory, workdir: Path) -> None:
-    """``get_state_dict`` then the strategy's ``load_model_state_dict`` restores every value."""
+    """``get_state_dict`` then the strategy's ``checkpoint_io.load_model_state_dict`` restores
+    every value."""
     with _fresh(make_strategy) as accelerator:
         model, optimizer, _, loader = _objects()
         model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
@@ -204,7 +215,7 @@ def check_state_dict_round_trip(make_strategy: StrategyFactory, workdir: Path) -
         accelerator.backward(_loss(model, next(iter(loader))))
         optimizer.step()
         assert not _same(saved, _weights(accelerator, model))
-        accelerator.strategy.load_model_state_dict(model, saved)
+        accelerator.strategy.checkpoint_io.load_model_state_dict(model, saved)
         assert _same(saved, _weights(accelerator, model))
 
 

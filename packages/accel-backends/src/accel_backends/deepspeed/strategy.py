@@ -9,7 +9,7 @@ The engine owns the model, the optimizer, the loss scaling, gradient accumulatio
 
 - ``prepare`` builds the engine from the model, optimizer and scheduler of one call, with the
   config's ``"auto"`` values filled from them (:mod:`accel_backends.deepspeed.engine_setup`). The
-  prepared model is the engine; ``unwrap_model`` gives back the user's module.
+  prepared model is the engine; ``Accelerator.unwrap_model`` gives back the user's module.
 - ``accelerator.backward(loss)`` (the loss undivided: the engine divides it by its
   ``gradient_accumulation_steps``) tells the engine whether this batch ends an accumulation cycle
   (``accelerator.sync_gradients``, so ``accumulate`` and the engine agree), runs the engine's
@@ -39,16 +39,16 @@ Not built yet: NVMe offload, DeepSpeed's tensor and sequence parallelism.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader
 
-from accel_backends.deepspeed import async_capture, checkpoint
+from accel_backends.deepspeed.accumulation import DeepSpeedAccumulation, reconcile_accumulation
+from accel_backends.deepspeed.checkpoint_io import DeepSpeedCheckpointIO
 from accel_backends.deepspeed.choice import named_plugins, plugin_from_options
 from accel_backends.deepspeed.engine_setup import (
     EngineRequest,
@@ -67,11 +67,10 @@ from accel_backends.deepspeed.zero_init import zero3_init_enabled, zero_init_con
 from accel_backends.errors import require_engine
 from accel_backends.one_process_group import destroy_own_group, form_one_process_group
 from accel_core.strategies import SetupResult, Strategy
+from accel_core.strategies.compat import AccelerateCompat
 from accel_ops import DistributedType
 
 if TYPE_CHECKING:
-    from accel_core.checkpointing import CheckpointReader, CheckpointWriter
-    from accel_core.gradient_state import GradientAccumulationPlugin
     from accel_core.kwargs_handlers import AutocastKwargs, GradScalerKwargs, KwargsHandler
     from accel_core.precision import Precision
     from accel_core.state import AcceleratorState
@@ -96,12 +95,6 @@ class DeepSpeedStrategy(Strategy):
     """
 
     name = "deepspeed"
-    plugin_slot: ClassVar[str | None] = "deepspeed_plugins"
-    #: The engine divides the loss by its accumulation steps itself.
-    handles_accumulation: ClassVar[bool] = True
-    #: DeepSpeed's save runs on the calling thread with its checkpoint engine capturing the
-    #: state dicts; only their writing goes to the background (:mod:`.async_capture`).
-    supports_async_save: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -120,6 +113,9 @@ class DeepSpeedStrategy(Strategy):
         #: The active plugin: the next engine is built from its config.
         self.plugin: DeepSpeedPlugin
         self.plugin, self.plugins = named_plugins(plugin)
+        self.compat = AccelerateCompat(plugin=self.plugin, plugin_slot="deepspeed_plugins")
+        self.accumulation = DeepSpeedAccumulation(self)
+        self.checkpoint_io = DeepSpeedCheckpointIO(self)
         self.device = torch.device("cpu")
         self._engines: list[torch.nn.Module] = []
         self._trained_plugin: DeepSpeedPlugin | None = None  # of the engine backward runs
@@ -150,7 +146,7 @@ class DeepSpeedStrategy(Strategy):
         self.device = state.device
         self._num_processes = state.num_processes
         self._rank = state.process_index
-        self.distributed_type = DistributedType.DEEPSPEED
+        self.compat.distributed_type = DistributedType.DEEPSPEED
         self.select_plugin(None)
 
     def select_plugin(self, name: str | None) -> DeepSpeedPlugin:
@@ -169,6 +165,7 @@ class DeepSpeedStrategy(Strategy):
                     "name plugins with Accelerator(deepspeed_plugins={'name': plugin, ...})."
                 )
             self.plugin = self.plugins[name]
+            self.compat.plugin = self.plugin
         for other in (self.plugins or {}).values():
             if other is not self.plugin:
                 other._unselect()
@@ -194,23 +191,6 @@ class DeepSpeedStrategy(Strategy):
         config = self.plugin.deepspeed_config
         self._precision = DeepSpeedPrecision(configured_mode(config), self.root_device)
         return self._precision
-
-    def configure_accumulation(
-        self, plugin: GradientAccumulationPlugin
-    ) -> GradientAccumulationPlugin:
-        """Reconcile the Accelerator's accumulation steps with the config's: ``"auto"`` takes the
-        Accelerator's; a number in the config wins over the Accelerator's default of 1 (as in
-        Accelerate); two different numbers >1 are a :class:`DeepSpeedConfigConflict`. The
-        active plugin decides; the others take the same rule (their ``"auto"`` is filled)."""
-        steps = plugin.num_steps or 1
-        for other in self._all_plugins():
-            if other is not self.plugin:
-                _reconcile_accumulation(other, steps)
-        configured = _reconcile_accumulation(self.plugin, steps)
-        if configured == steps:
-            return plugin
-        logger.info("gradient accumulation: %s steps, from the DeepSpeed config", configured)
-        return dataclasses.replace(plugin, num_steps=configured)
 
     def _all_plugins(self) -> list[DeepSpeedPlugin]:
         return [self.plugin] if self.plugins is None else list(self.plugins.values())
@@ -279,7 +259,7 @@ class DeepSpeedStrategy(Strategy):
             accumulation_steps=GradientState().num_steps,
         )
         if self.plugin.is_auto("gradient_accumulation_steps"):  # a plugin selected after setup
-            _reconcile_accumulation(self.plugin, request.accumulation_steps)
+            reconcile_accumulation(self.plugin, request.accumulation_steps)
         configured = self.plugin.get_value("gradient_accumulation_steps")
         if configured != request.accumulation_steps:
             engine = Sourced(configured, "the DeepSpeed config of the engine")
@@ -315,26 +295,6 @@ class DeepSpeedStrategy(Strategy):
         return self.setup([module], [], [], []).models[0]
 
     # -- the training step ---------------------------------------------------------------------
-
-    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
-        """Nothing: the engine keeps the cycle's gradients in its own partitioned buffers, and
-        neither its checkpoint nor accel's can save them. Warns, since a run resumed from this
-        checkpoint continues without the micro-batches of the unfinished cycle (as under
-        Accelerate); saving at the end of a cycle (every ``gradient_accumulation_steps``
-        batches) resumes exactly."""
-        warnings.warn(
-            "save_state inside a gradient accumulation cycle under DeepSpeed: the engine does not "
-            "save the gradients accumulated so far, so a run resumed from this checkpoint "
-            "continues without them. Save at the end of a cycle to resume exactly.",
-            stacklevel=2,
-        )
-        return {}
-
-    def restore_accumulated_gradients(
-        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
-    ) -> None:
-        """Nothing to restore (see :meth:`accumulated_gradients`); the engine's own state came
-        back with its checkpoint."""
 
     def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
         """The engine's backward, then at the end of an accumulation cycle its step (see the
@@ -391,72 +351,6 @@ class DeepSpeedStrategy(Strategy):
             "engine clips at the config's gradient_clipping)."
         )
 
-    # -- state dicts and checkpoints -----------------------------------------------------------
-
-    def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The full state dict on CPU, on every process (ZeRO-3: on process 0, empty elsewhere;
-        it needs ``zero3_save_16bit_model``). Call it on every process."""
-        return checkpoint.full_state_dict(self._engine_of(model), self._rank)
-
-    def load_model_state_dict(self, model: torch.nn.Module, state_dict: dict[str, Any]) -> None:
-        """Load a full state dict into the engine's module (ZeRO-3: process 0's is used) and
-        refresh the optimizer's fp32 master weights from it."""
-        checkpoint.load_full_state_dict(self._engine_of(model), state_dict, self._rank)
-
-    def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
-        """Nothing: each engine's weights are in its DeepSpeed save, taken by
-        ``checkpoint_optimizer_states`` (the save pre-hooks get an empty list, as in
-        Accelerate)."""
-        return []
-
-    def checkpoint_optimizer_states(
-        self, optimizers: list[torch.optim.Optimizer]
-    ) -> list[dict[str, Any]]:
-        """Each engine's DeepSpeed save, taken now without writing its data files (every
-        process: DeepSpeed's save is a collective on the default group), for ``save_checkpoint``
-        to write: ``{"storages": [...], "capture": ...}`` per engine, whose storages the
-        Accelerator copies to CPU for ``async_save`` (see :func:`async_capture.capture`)."""
-        return [
-            async_capture.capture(engine, checkpoint.engine_tag(index))
-            for index, engine in enumerate(self._engines)
-        ]
-
-    def save_checkpoint(
-        self,
-        writer: CheckpointWriter,
-        weights: list[dict[str, Any]],
-        optimizer_states: list[dict[str, Any]],
-        *,
-        safe_serialization: bool = True,
-    ) -> None:
-        """Every process: each engine's DeepSpeed checkpoint (``pytorch_model/``...) as
-        ``checkpoint_optimizer_states`` took it, written where DeepSpeed would have, and
-        recorded in the manifest by the processes that wrote its files. No collective (this may
-        run in the background saver's thread), except for an engine whose save could not be
-        taken: DeepSpeed saves it here, on the calling thread only."""
-        async_capture.write(
-            writer,
-            optimizer_states,
-            lambda index: checkpoint.save_engine(
-                writer, self._engines[index], checkpoint.engine_tag(index)
-            ),
-        )
-
-    def load_checkpoint(
-        self,
-        reader: CheckpointReader,
-        models: list[torch.nn.Module],
-        optimizers: list[torch.optim.Optimizer],
-        *,
-        map_location: str | torch.device = "cpu",
-        strict: bool = True,
-    ) -> None:
-        """Every process: each engine among ``models`` from its DeepSpeed checkpoint (weights,
-        optimizer partition, the engine's scheduler and step counters)."""
-        for index, engine in enumerate(self._engines):
-            if any(model is engine for model in models):
-                checkpoint.load_engine(reader, engine, checkpoint.engine_tag(index), strict=strict)
-
     def describe(self) -> str:
         """The DeepSpeed config with the source of every value (``DeepSpeedPlugin.describe``)."""
         return self.plugin.describe()
@@ -474,20 +368,3 @@ class DeepSpeedStrategy(Strategy):
             "this model was not prepared by this Accelerator's deepspeed strategy; pass the model "
             "accelerator.prepare() returned."
         )
-
-
-def _reconcile_accumulation(plugin: DeepSpeedPlugin, steps: int) -> int:
-    """Fill ``plugin``'s ``"auto"`` accumulation steps with the Accelerator's ``steps``, or check
-    its number against them (see ``DeepSpeedStrategy.configure_accumulation``); returns the
-    number the plugin now holds."""
-    key = "gradient_accumulation_steps"
-    given = Sourced(steps, f"Accelerator(gradient_accumulation_steps={steps})")
-    configured = plugin.get_value(key)
-    if configured in (None, "auto"):
-        plugin.resolved_config.fill({key: given})
-        return steps
-    if configured != steps and steps != 1:
-        known = plugin.resolved_config.current().get(key)
-        first = known if known is not None else Sourced(configured, "the DeepSpeed config")
-        raise DeepSpeedConfigConflict([Disagreement(key, first, given)])
-    return int(configured)

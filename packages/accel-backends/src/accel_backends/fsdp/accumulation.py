@@ -10,17 +10,23 @@ is where a restored gradient goes.
 
 These are torch's internals (``torch.distributed.fsdp._fully_shard``, torch 2.6 to 2.13): if
 they change, :class:`AccumulationStateError` says so instead of saving the wrong thing.
+
+:class:`FSDP2Accumulation` and :class:`FSDP1Accumulation` are the strategies' accumulation
+policies (``strategy.accumulation``) built on them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from accel_backends.fsdp.activation_checkpointing import canonical_name
+from accel_core.strategies.accumulation_policy import AccumulationPolicy
+from accel_core.unwrap import extract_model_from_parallel
 
 
 class AccumulationStateError(RuntimeError):
@@ -101,3 +107,53 @@ def gradient_sync_off(model: torch.nn.Module) -> Iterator[None]:
         yield
     finally:
         model.set_requires_gradient_sync(True)
+
+
+class FSDP2Accumulation(AccumulationPolicy):
+    """FSDP2's accumulation policy: a checkpoint inside a cycle keeps the unsharded gradients
+    FSDP2 holds while synchronisation is off (the functions above)."""
+
+    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """This process's unreduced gradients of the cycle so far (FSDP2 keeps them unsharded
+        while synchronisation is off; see :mod:`accel_backends.fsdp.accumulation`); a model
+        split by tensor parallelism alone keeps them in its parameters."""
+        if not _is_sharded(extract_model_from_parallel(model)):
+            return super().accumulated_gradients(model)
+        return accumulated_gradients(extract_model_from_parallel(model))
+
+    def restore_accumulated_gradients(
+        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
+    ) -> None:
+        """Put them back where the next synchronising backward adds to them."""
+        if not _is_sharded(extract_model_from_parallel(model)):
+            super().restore_accumulated_gradients(model, gradients)
+            return
+        restore_accumulated_gradients(extract_model_from_parallel(model), gradients)
+
+
+class FSDP1Accumulation(AccumulationPolicy):
+    """FSDP1's accumulation policy: its flat parameters keep the cycle's gradients, which a
+    checkpoint can't save (as under DeepSpeed)."""
+
+    def accumulated_gradients(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Nothing, with a warning: FSDP1 keeps the cycle's gradients inside its flat
+        parameters."""
+        warnings.warn(
+            "save_state inside a gradient accumulation cycle under FSDP1: the gradients "
+            "accumulated so far stay inside its flat parameters and are not saved, so a run "
+            "resumed from this checkpoint continues without them. Save at the end of a "
+            "cycle to resume exactly, or use fsdp_version 2, which saves them.",
+            stacklevel=2,
+        )
+        return {}
+
+    def restore_accumulated_gradients(
+        self, model: torch.nn.Module, gradients: dict[str, torch.Tensor] | None
+    ) -> None:
+        """Nothing: nothing was saved (see :meth:`accumulated_gradients`)."""
+
+
+def _is_sharded(model: torch.nn.Module) -> bool:
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)

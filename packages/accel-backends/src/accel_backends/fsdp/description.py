@@ -138,8 +138,8 @@ _TP = replace(
 DESCRIPTION = EngineDescription(
     name="fsdp",
     title="FSDP",
-    # FSDPStrategy(...) returns FSDP1Strategy or FSDP2Strategy, as the plugin's fsdp_version says
-    strategy="accel_backends.fsdp.strategy:FSDPStrategy",
+    # the factory returns FSDP1Strategy or FSDP2Strategy, as the plugin's fsdp_version says
+    strategy="accel_backends.fsdp.strategy:create_fsdp_strategy",
     install="accel-backends",
     distributed_type="FSDP",
     launch_flag="use_fsdp",

@@ -29,24 +29,24 @@ differs from torch_xla's replica count.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import DataLoader
 
 from accel_backends.xla import collectives
-from accel_backends.xla.checkpoint import load_states
+from accel_backends.xla.checkpoint_io import XLACheckpointIO
 from accel_backends.xla.loaders import on_xla_device
 from accel_backends.xla.runtime import ReplicaWorld, check_world, require_torch_xla
 from accel_backends.xla.spmd import DataMesh
-from accel_backends.xla.tensors import move_keeping_ties, to_cpu
+from accel_backends.xla.tensors import move_keeping_ties
 from accel_core.optimizer import unwrap_optimizer
 from accel_core.strategies import Strategy
 from accel_core.strategies.abilities import CollectiveData
+from accel_core.unwrap import extract_model_from_parallel
 from accel_ops import DistributedType
 
 if TYPE_CHECKING:
-    from accel_core.checkpointing import CheckpointReader
     from accel_core.gradient_state import GradientState
     from accel_core.kwargs_handlers import KwargsHandler
     from accel_core.state import AcceleratorState
@@ -55,8 +55,6 @@ if TYPE_CHECKING:
 #: ``accel launch`` writes into ``ACCEL_STRATEGY_CONFIG``: on a TPU the launcher turns it into
 #: ``XLA_DOWNCAST_BF16`` / ``XLA_USE_BF16`` before torch_xla starts; the strategy only records it.
 OPTIONS: dict[str, bool] = {"spmd": False, "downcast_bf16": False}
-
-_EXTRA_STATE_RNG = "xla_rng_state"
 
 
 class XLAStrategy(Strategy):
@@ -74,9 +72,6 @@ class XLAStrategy(Strategy):
     """
 
     name = "xla"
-    replicates_model: ClassVar[bool] = True
-    #: The model and optimizer states handed to the background writer are CPU copies already.
-    supports_async_save: ClassVar[bool] = True
 
     def __init__(self, kwargs_handlers: Sequence[KwargsHandler] = (), **options: Any) -> None:
         unknown = sorted(set(options) - set(OPTIONS))
@@ -93,6 +88,8 @@ class XLAStrategy(Strategy):
         self.device = torch.device("cpu")
         self.world = ReplicaWorld(replicas=1, ordinal=0, device_type="", spmd=False)
         self.mesh: DataMesh | None = None
+        self.compat.replicates_model = True
+        self.checkpoint_io = XLACheckpointIO(self)
 
     # -- environment ---------------------------------------------------------------------------
 
@@ -105,7 +102,7 @@ class XLAStrategy(Strategy):
         self.world = ReplicaWorld.current()
         check_world(self.world, state.num_processes, state.process_index)
         self.device = torch_xla.device()
-        self.distributed_type = DistributedType.XLA
+        self.compat.distributed_type = DistributedType.XLA
 
     @property
     def root_device(self) -> torch.device:
@@ -120,7 +117,7 @@ class XLAStrategy(Strategy):
         batch dimension."""
         model = move_keeping_ties(module, self.device) if device_placement else module
         if self.mesh is not None:
-            self.mesh.shard_inputs_of(self.unwrap_model(model))
+            self.mesh.shard_inputs_of(extract_model_from_parallel(model))
         return model
 
     def process_dataloader(self, dataloader: DataLoader[Any]) -> DataLoader[Any]:
@@ -204,65 +201,6 @@ class XLAStrategy(Strategy):
     def broadcast(self, data: CollectiveData, from_process: int = 0) -> CollectiveData:
         """Replica ``from_process``'s tensors on every replica."""
         return collectives.broadcast(data, self.world.replicas, from_process)
-
-    # -- state dicts and checkpoints -----------------------------------------------------------
-
-    def model_state_dict(self, model: torch.nn.Module) -> dict[str, Any]:
-        """The unwrapped model's state dict as CPU tensors (tied weights stay tied). The model
-        keeps its mixed-precision forward (``unwrap_model(keep_fp32_wrapper=False)`` would remove
-        it for good)."""
-        return to_cpu(self.unwrap_model(model).state_dict(keep_vars=True))
-
-    def checkpoint_model_states(self, models: list[torch.nn.Module]) -> list[dict[str, Any]]:
-        """Each model's state dict as CPU tensors, keyed as every strategy keys it.
-
-        Raises ``CheckpointError`` inside an accumulation cycle: accel-core would write the
-        accumulated gradients, which are XLA tensors, without asking the strategy for them.
-        """
-        if not _gradient_state().sync_gradients:
-            from accel_core.checkpointing import CheckpointError
-
-            raise CheckpointError(
-                "save_state with strategy 'xla' inside a gradient accumulation cycle is not "
-                "supported yet (the accumulated gradients are XLA tensors, which accel-core "
-                "can't write); call save_state after the step that synchronises gradients "
-                "(accelerator.sync_gradients is True)."
-            )
-        return [
-            to_cpu(self.unwrap_model(m, keep_torch_compile=False).state_dict(keep_vars=True))
-            for m in models
-        ]
-
-    def checkpoint_optimizer_states(
-        self, optimizers: list[torch.optim.Optimizer]
-    ) -> list[dict[str, Any]]:
-        """Each optimizer's state dict as CPU tensors."""
-        return [to_cpu(optimizer.state_dict()) for optimizer in optimizers]
-
-    def load_checkpoint(
-        self,
-        reader: CheckpointReader,
-        models: list[torch.nn.Module],
-        optimizers: list[torch.optim.Optimizer],
-        *,
-        map_location: str | torch.device = "cpu",
-        strict: bool = True,
-    ) -> None:
-        """Read and check every state on CPU, then copy it onto the XLA device."""
-        load_states(reader, models, optimizers, self.unwrap_model, strict=strict)
-
-    def checkpoint_extra_state(self) -> dict[str, Any]:
-        """The XLA random generator's seed (Accelerate keeps it as ``xm_seed``)."""
-        import torch_xla.core.xla_model as xm
-
-        return {_EXTRA_STATE_RNG: int(xm.get_rng_state(self.device))}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore the XLA random generator's seed."""
-        if _EXTRA_STATE_RNG in state:
-            import torch_xla.core.xla_model as xm
-
-            xm.set_rng_state(int(state[_EXTRA_STATE_RNG]), self.device)
 
     def teardown(self) -> None:
         """Wait for the device to finish what was queued."""

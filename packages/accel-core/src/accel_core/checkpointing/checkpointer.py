@@ -160,7 +160,7 @@ class Checkpointer:
             )
         target, checkpoints_dir = self._checkpoint_target(output_dir)
         strategy = self.strategy
-        if async_save and not strategy.supports_async_save:
+        if async_save and not strategy.checkpoint_io.supports_async_save:
             raise CheckpointError(
                 f"save_state(async_save=True): strategy {strategy.name!r} saves through its own "
                 "engine and can't write in the background; call save_state without async_save."
@@ -172,7 +172,7 @@ class Checkpointer:
             if self._writes_checkpoint_files():
                 folders.prepare_temporary(target)
         self.meet("save_state")
-        weights = strategy.checkpoint_model_states(self.prepared.models)
+        weights = strategy.checkpoint_io.checkpoint_model_states(self.prepared.models)
         for hook in self.save_pre_hooks.values():
             hook(self.prepared.models, weights, str(temporary))
         state = snapshot.take(

@@ -116,7 +116,7 @@ def _here(snapshot: Snapshot, name: str) -> bool:
 
 
 def _write(snapshot: Snapshot, strategy: Strategy, writer: CheckpointWriter) -> None:
-    strategy.save_checkpoint(
+    strategy.checkpoint_io.save_checkpoint(
         writer,
         snapshot.weights,
         snapshot.optimizer_states,

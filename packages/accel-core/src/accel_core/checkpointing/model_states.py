@@ -205,7 +205,7 @@ def load_all(
     unwrap: Callable[[torch.nn.Module], torch.nn.Module] = extract_model_from_parallel,
 ) -> None:
     """Read and check every model and optimizer state, then load them all. ``unwrap`` gives the
-    user's model out of a prepared one (the strategy's ``unwrap_model``)."""
+    user's model out of a prepared one (``extract_model_from_parallel``)."""
     device = str(map_location)
     models = [unwrap(model) for model in models]
     weights, checked = [], []

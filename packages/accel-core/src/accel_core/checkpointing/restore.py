@@ -71,7 +71,7 @@ def _global_batch_plan(
         list(checkpointer.prepared.dataloaders),
         world_size=state.num_processes,
         accumulation_steps=checkpointer.accumulation.gradient_state.num_steps,
-        handles_accumulation=bool(getattr(checkpointer.strategy, "handles_accumulation", False)),
+        handles_accumulation=checkpointer.strategy.accumulation.owned_by_engine,
     )
 
 
@@ -129,11 +129,11 @@ def load(
 
     plan = _global_batch_plan(checkpointer, folder, manifest)
 
-    strategy.load_checkpoint(
+    strategy.checkpoint_io.load_checkpoint(
         reader, models, prepared.optimizers, map_location=map_location, strict=strict
     )
     for model, saved in zip(models, gradients, strict=True):
-        strategy.restore_accumulated_gradients(model, saved)
+        strategy.accumulation.restore_accumulated_gradients(model, saved)
     for scheduler, state in zip(prepared.schedulers, scheduler_states, strict=True):
         scheduler.load_state_dict(state)
     if scaler is not None and scaler_state is not None:
@@ -141,7 +141,7 @@ def load(
     for obj, state in zip(prepared.custom_objects, custom_states, strict=True):
         obj.load_state_dict(state)
     if manifest is not None:
-        strategy.load_extra_state(manifest.strategy_state)
+        strategy.checkpoint_io.load_extra_state(manifest.strategy_state)
         checkpointer.tracking.resume(manifest.trackers)
     if saved_world != world_size and rank == 0 and plan is None:
         unused = list(range(world_size, saved_world))

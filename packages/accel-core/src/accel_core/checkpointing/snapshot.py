@@ -16,7 +16,8 @@ import torch
 from accel_core.checkpointing import global_batch, rng_states
 from accel_core.checkpointing.manifest import Manifest, library_versions
 from accel_core.checkpointing.object_storage import RemoteFolder
-from accel_core.strategies.base import Strategy
+from accel_core.strategies.checkpoint_io import CheckpointIO
+from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
     from accel_core.checkpointing.checkpointer import Checkpointer
@@ -80,7 +81,7 @@ def take(
         target=target,
         temporary=temporary,
         weights=weights,
-        optimizer_states=strategy.checkpoint_optimizer_states(prepared.optimizers),
+        optimizer_states=strategy.checkpoint_io.checkpoint_optimizer_states(prepared.optimizers),
         scheduler_states=[scheduler.state_dict() for scheduler in prepared.schedulers],
         scaler_state=scaler.state_dict() if scaler is not None else None,
         custom_states=[obj.state_dict() for obj in prepared.custom_objects],
@@ -99,7 +100,7 @@ def take(
             strategy=strategy.name,
             libraries=library_versions(),
             models=[
-                {"class": type(strategy.unwrap_model(m, True, True)).__name__}
+                {"class": type(extract_model_from_parallel(m, True, True)).__name__}
                 for m in prepared.models
             ],
             dataloaders=[
@@ -108,7 +109,7 @@ def take(
             ],
             custom_objects=[type(obj).__name__ for obj in prepared.custom_objects],
             trackers=checkpointer.tracking.run_states(),
-            strategy_state=strategy.checkpoint_extra_state(),
+            strategy_state=strategy.checkpoint_io.checkpoint_extra_state(),
         ),
         safe_serialization=safe_serialization,
         rank=state.process_index,
@@ -116,7 +117,8 @@ def take(
         is_writer=state.is_local_main_process if on_each_node else state.is_main_process,
         node=state.process_index - state.local_process_index,
     )
-    if not snapshot.is_writer and type(strategy).save_checkpoint is Strategy.save_checkpoint:
+    writes = type(strategy.checkpoint_io).save_checkpoint
+    if not snapshot.is_writer and writes is CheckpointIO.save_checkpoint:
         # The default save_checkpoint writes models and optimizers from the writers only.
         snapshot.weights, snapshot.optimizer_states = [], []
     if copy:
@@ -177,7 +179,9 @@ def _accumulated_gradients(checkpointer: Checkpointer) -> list[dict[str, torch.T
     if not checkpointer.accumulation.in_cycle():
         return []
     strategy = checkpointer.strategy
-    return [strategy.accumulated_gradients(model) for model in checkpointer.prepared.models]
+    return [
+        strategy.accumulation.accumulated_gradients(model) for model in checkpointer.prepared.models
+    ]
 
 
 def _loader_position(loader: Any) -> dict[str, Any]:

@@ -1,5 +1,7 @@
-"""Strategies: the interface, the registry of names, the resolver, and the built-in ones."""
+"""Strategies: the interface and the parts an engine returns, the registry of names, the
+resolver, and the built-in ones."""
 
+from accel_core.strategies.accumulation_policy import AccumulationPolicy
 from accel_core.strategies.base import (
     SetupResult,
     Strategy,
@@ -8,6 +10,8 @@ from accel_core.strategies.base import (
     SupportsNoSync,
     SupportsShardedInit,
 )
+from accel_core.strategies.checkpoint_io import CheckpointIO
+from accel_core.strategies.compat import AccelerateCompat
 from accel_core.strategies.parameters import ParameterMap, match_parameters, repoint_optimizer
 from accel_core.strategies.registry import (
     ENTRY_POINT_GROUP,
@@ -22,6 +26,9 @@ from accel_core.strategies.resolver import resolve_strategy
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "AccelerateCompat",
+    "AccumulationPolicy",
+    "CheckpointIO",
     "ParameterMap",
     "SetupResult",
     "Strategy",

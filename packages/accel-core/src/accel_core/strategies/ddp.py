@@ -67,12 +67,9 @@ class DDPStrategy(SingleDeviceStrategy):
             )
         self.device = state.device
         self.local_process_index = state.local_process_index
-        self.distributed_type = state.partial.distributed_type
-
-    @property
-    def multi_device(self) -> bool:
-        """Whether the processes run on accelerator devices (GPUs, XPUs...), not CPUs."""
-        return self.distributed_type in MULTI_DEVICE_TYPES
+        self.compat.distributed_type = state.partial.distributed_type
+        # Accelerate's multi_device: the processes run on accelerator devices, not CPUs.
+        self.compat.multi_device = self.compat.distributed_type in MULTI_DEVICE_TYPES
 
     def setup_module(self, module: torch.nn.Module, *, device_placement: bool) -> torch.nn.Module:
         """Move ``module`` to the device and wrap it in DDP (models without trainable parameters

@@ -105,8 +105,8 @@ def resolve_strategy(
     for name, plugin in (plugins or {}).items():
         if plugin is not None:
             chosen = create_strategy(name, kwargs_handlers=kwargs_handlers, plugin=plugin)
-            if chosen.plugin is None:
-                chosen.plugin = plugin
+            if chosen.compat.plugin is None:
+                chosen.compat.plugin = plugin
             return chosen
     if launch_strategy == "ddp" and needed and not launch_options:
         # a multi-process launch (ddp, by process count or --multi_gpu) of a script whose

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -21,7 +21,6 @@ class SingleDeviceStrategy(Strategy):
     """
 
     name = "single_device"
-    replicates_model: ClassVar[bool] = True
 
     def __init__(self, kwargs_handlers: Sequence[KwargsHandler] = (), **options: object) -> None:
         if options:
@@ -31,6 +30,7 @@ class SingleDeviceStrategy(Strategy):
             )
         self.kwargs_handlers = tuple(kwargs_handlers)
         self.device = torch.device("cpu")
+        self.compat.replicates_model = True
 
     def setup_environment(self, state: AcceleratorState) -> None:
         """Take the device from ``state``; refuse to run with more than one process."""
@@ -42,7 +42,7 @@ class SingleDeviceStrategy(Strategy):
                 f"{state.num_processes} (WORLD_SIZE); choose strategy 'ddp' or launch one process."
             )
         self.device = state.device
-        self.distributed_type = DistributedType.NO
+        self.compat.distributed_type = DistributedType.NO
 
     @property
     def root_device(self) -> torch.device:
