@@ -9,15 +9,14 @@ identifier and string literal is, f-string parts included.
 
 from __future__ import annotations
 
-import ast
-import re
 from pathlib import Path
 
 import accel_core
 from accel_core.built_in_engines import ENGINE_HINT
+from accel_testing.engine_names import engine_names as find_engine_names
+from accel_testing.engine_names import package_sources
 
 SOURCE = Path(accel_core.__file__).parent
-ENGINE_WORD = re.compile(r"deepspeed|fsdp|xla", re.IGNORECASE)
 
 #: Accelerate's public names that contain an engine's name, as identifiers or as strings.
 COMPAT_NAMES = frozenset(
@@ -67,64 +66,13 @@ COMPAT_TEXTS: dict[str, frozenset[str]] = {
 TO_DO: dict[str, str] = {}
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
-    """The ids of the string constants that are whole statements (docstrings of modules,
-    classes, functions and attributes)."""
-    return {
-        id(node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Expr)
-        and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)
-    }
-
-
-def _names_and_texts(node: ast.AST) -> list[str]:
-    """The identifiers and the string a node carries."""
-    if isinstance(node, ast.Name):
-        return [node.id]
-    if isinstance(node, ast.Attribute):
-        return [node.attr]
-    if isinstance(node, ast.arg):
-        return [node.arg]
-    if isinstance(node, ast.keyword):
-        return [node.arg] if node.arg else []
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, ast.alias):
-        return [node.name, *([node.asname] if node.asname else [])]
-    if isinstance(node, ast.ImportFrom):
-        return [node.module] if node.module else []
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return [node.value]
-    return []
-
-
 def engine_names(source: str, allowed_texts: frozenset[str] = frozenset()) -> list[tuple[int, str]]:
-    """``(line, name or text)`` for each identifier or string literal of ``source`` that names an
-    engine, but for docstrings, :data:`COMPAT_NAMES` and ``allowed_texts``."""
-    tree = ast.parse(source)
-    docstrings = _docstrings(tree)
-    found = []
-    for node in ast.walk(tree):
-        if id(node) in docstrings:
-            continue
-        for text in _names_and_texts(node):
-            # an import names its module dotted (torch_xla.core.xla_model): read each part
-            parts = text.split(".") if isinstance(node, (ast.alias, ast.ImportFrom)) else [text]
-            if any(
-                ENGINE_WORD.search(part) and part not in COMPAT_NAMES and part not in allowed_texts
-                for part in parts
-            ):
-                found.append((getattr(node, "lineno", 0), text))
-    return sorted(set(found))
+    """The engine names of ``source`` but for :data:`COMPAT_NAMES` and ``allowed_texts``."""
+    return find_engine_names(source, COMPAT_NAMES, allowed_texts)
 
 
 def _files() -> dict[str, str]:
-    return {
-        path.relative_to(SOURCE).as_posix(): path.read_text(encoding="utf-8")
-        for path in sorted(SOURCE.rglob("*.py"))
-    }
+    return package_sources(SOURCE)
 
 
 def test_accel_core_names_no_engine_outside_accelerates_compat_names():
