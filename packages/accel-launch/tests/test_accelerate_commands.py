@@ -279,3 +279,19 @@ def test_test_command_runs_the_self_check_and_returns(
     assert args.func is selftest_cmd.test_command
     assert selftest_cmd.test_command(args) is None
     assert "accel test: all checks passed on 1 process." in capfd.readouterr().out
+
+
+def test_env_lists_the_libraries_of_the_installed_engines(monkeypatch: pytest.MonkeyPatch):
+    from accel_base.engine_description import EngineDescription
+    from accel_launch.launch import engines
+
+    def described(name: str, install: str) -> EngineDescription:
+        return EngineDescription(name=name, title=name, strategy="m:S", install=install)
+
+    installed = {
+        "zero": described("zero", "accel-backends[deepspeed]"),  # its extra requires deepspeed
+        "plain": described("plain", "accel-backends"),  # no extra: nothing of its own
+        "gone": described("gone", "not-a-distribution[x]"),  # not installed: skipped
+    }
+    monkeypatch.setattr(engines, "installed", lambda: installed)
+    assert env_cmd.engine_libraries() == ["deepspeed"]

@@ -44,8 +44,10 @@ COMPAT_TEXTS: dict[str, frozenset[str]] = {
             "Merge a sharded (FSDP) checkpoint into one safetensors file.",
         }
     ),
-    # ParallelismConfig's only sp_backend value (Accelerate 1.15)
+    # ParallelismConfig's only sp_backend value (Accelerate 1.15): its default, and the values
+    # the config file accepts
     "launch/parallelism.py": frozenset({"deepspeed"}),
+    "config/schema.py": frozenset({"deepspeed"}),
     # Accelerate's --use_megatron_lm, refused with what to use instead; its prepare_tpu
     # (accelerate.utils.launch), which asks torch_xla whether the device is a TPU and sets the
     # variables torch_xla reads; DeepSpeed's multi-machine launchers, refused
@@ -64,12 +66,9 @@ COMPAT_TEXTS: dict[str, frozenset[str]] = {
 }
 
 #: Files that still name engines, to be cleaned (each read as a whole: test_the_to_do_list_is_
-#: current fails once a file is clean).
-TO_DO: dict[str, str] = {
-    "commands/env_cmd.py": "`accel env` lists deepspeed's and torch-xla's versions by name",
-    "config/schema.py": "the top-level downcast_bf16 key's help names XLA",
-    "docgen.py": "the config-file page's notes name FSDP's older spellings",
-}
+#: current fails once a file is clean). Empty: `accel env` lists the libraries of the installed
+#: engines' extras, the config-file page's older spellings come from the descriptions.
+TO_DO: dict[str, str] = {}
 
 
 def test_accel_launch_names_no_engine_outside_accelerates_compat_names():

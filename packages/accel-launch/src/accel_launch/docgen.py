@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 
 HEADER = """# `accel` command reference
 
@@ -114,17 +115,13 @@ use_cpu: false
 """
 
 _CONFIG_NOTES = """
-Older files: `fsdp_sharding_strategy` may be a number (1 = FULL_SHARD ... 5 =
-HYBRID_SHARD_ZERO2), `downcast_bf16` may be `'no'`/`'yes'`, and `fsdp_backward_prefetch_policy`
-is read as `fsdp_backward_prefetch` (`accel config update` renames it).
-
 `strategy` is accel's own key (Accelerate has none): a strategy by name, `ddp`, `single_device`
 or an engine an installed package describes (an `accel.strategies` entry point), as
 `accel launch --strategy NAME` takes it. It is chosen over `distributed_type` (which then only says
 `MULTI_CPU` or `MULTI_GPU`); a `distributed_type` of another engine is an error.
 
-The sections and `distributed_type` values of the engines come from the engines installed (here:
-accel-backends' DeepSpeed, FSDP and XLA); an empty section of an engine not installed is accepted,
+The sections and `distributed_type` values of the engines come from the engines installed; an
+empty section of an engine not installed is accepted,
 as Accelerate writes them. The chosen engine's section, merged with the launch flags of the same
 names, reaches the processes as the JSON object `ACCEL_STRATEGY_CONFIG` (keys as below), with the
 strategy name in `ACCEL_STRATEGY`; see the [launch environment](environment.md).
@@ -152,8 +149,60 @@ def generate_config_reference() -> str:
         lines += [f"## `{section}`", ""]
         lines += _key_table(fields)
         lines.append("")
-    lines.append(_CONFIG_NOTES.strip())
+    lines += [_older_spellings(schema.sections()), ""]
+    lines += [
+        _CONFIG_NOTES.strip(),
+        "",
+        f"Engines installed where this page was made: {_installed_engines()}.",
+    ]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _older_spellings(sections: dict) -> str:
+    """What older files may write, as the installed engines' descriptions declare it (numbered
+    choices, renamed keys) and Accelerate's ``'no'``/``'yes'`` booleans."""
+    from accel_launch.launch import engines
+
+    notes = [
+        f"`{key}` may be a number (1 = {field.choices[0]} ... {len(field.choices)} = "
+        f"{field.choices[-1]})"
+        for fields in sections.values()
+        for key, field in fields.items()
+        if field.numbered and field.choices
+    ]
+    notes.append("`downcast_bf16` may be `'no'`/`'yes'`")
+    notes += [
+        f"`{old}` is read as `{new}` (`accel config update` renames it)"
+        for description in engines.installed().values()
+        for old, new in description.renamed_config_keys.items()
+    ]
+    listed = ", ".join(notes[:-1]) + f", and {notes[-1]}" if len(notes) > 1 else notes[0]
+    return textwrap.fill(f"Older files: {listed}.", width=100)
+
+
+def _listed(words: list[str]) -> str:
+    return ", ".join(words[:-1]) + f" and {words[-1]}" if len(words) > 1 else words[0]
+
+
+def _possessive(name: str) -> str:
+    return f"{name}'" if name.endswith("s") else f"{name}'s"
+
+
+def _installed_engines() -> str:
+    """The installed engines, as the page names them (by package, then title)."""
+    from accel_launch.launch import engines
+
+    by_package: dict[str, list[str]] = {}
+    for name, description in engines.installed().items():
+        if name in engines.BUILT_IN_STRATEGIES:
+            continue
+        package = description.install.split("[")[0]
+        by_package.setdefault(package, []).append(description.title)
+    if not by_package:
+        return "none"
+    return "; ".join(
+        f"{_possessive(package)} {_listed(titles)}" for package, titles in by_package.items()
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ Also Accelerate's ``accelerate.commands.env`` functions: :func:`env_command_pars
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -21,8 +22,6 @@ PACKAGES = (
     "accel-bigmodel",
     "accel-kit",
     "torch",
-    "deepspeed",
-    "torch-xla",
     "safetensors",
     "transformers",
     "numpy",
@@ -67,6 +66,33 @@ def _version(name: str) -> str | None:
         return None
 
 
+def engine_libraries() -> list[str]:
+    """The distributions the installed engines run on (DeepSpeed, torch-xla...): what the extra
+    of each engine's ``install`` line (``accel-backends[deepspeed]``) requires, read from its
+    package's metadata."""
+    import importlib.metadata
+
+    from accel_launch.launch import engines
+
+    found: list[str] = []
+    for description in engines.installed().values():
+        match = re.fullmatch(r"\s*([A-Za-z0-9_.\-]+)\[([A-Za-z0-9_.\-]+)\]\s*", description.install)
+        if match is None:
+            continue
+        distribution, extra = match.groups()
+        try:
+            requirements = importlib.metadata.requires(distribution) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for requirement in requirements:
+            name, _, marker = requirement.partition(";")
+            if re.search(rf"extra\s*==\s*[\"']{re.escape(extra)}[\"']", marker):
+                library = re.split(r"[<>=!~\[ (]", name.strip(), maxsplit=1)[0]
+                if library not in found:
+                    found.append(library)
+    return found
+
+
 def _gpus() -> str:
     import importlib.util
 
@@ -95,7 +121,7 @@ def collect(config_file: str | None = None) -> dict[str, Any]:
         "Python": f"{sys.version.split()[0]} ({sys.executable})",
         "Platform": platform.platform(),
     }
-    for name in PACKAGES:
+    for name in (*PACKAGES, *engine_libraries()):
         version = _version(name)
         if version is not None:
             info[name] = version
