@@ -32,6 +32,10 @@ from accel_base.mesh_dimension import DP_REPLICATE, MeshDimension, dimensions_na
 
 ENTRY_POINT_GROUP = "accel.strategies"
 
+#: The named ways :attr:`LaunchOption.accelerate_reading` may read Accelerate's text (accel-ops
+#: holds the readers).
+ACCELERATE_READINGS: tuple[str, ...] = ("optional", "lower", "bool_or_text")
+
 #: A value an option may take or default to.
 OptionValue = str | int | float | bool | None
 
@@ -46,7 +50,9 @@ class LaunchOption:
     ``engine_key`` is where the value lands in the engine's own configuration (DeepSpeed's dotted
     key), for the ``--dry-run`` rows and the conflict checks. ``numbered_choices``: a config file
     may also give a choice by its number, counted from 1 in ``choices`` (Accelerate's older files
-    write ``fsdp_sharding_strategy: 1`` for ``FULL_SHARD``).
+    write ``fsdp_sharding_strategy: 1`` for ``FULL_SHARD``). ``accelerate_env`` and
+    ``accelerate_reading`` (last, see their docstrings) say how a job set up for Hugging Face
+    Accelerate gives this option.
     """
 
     name: str
@@ -59,6 +65,26 @@ class LaunchOption:
     aliases: tuple[str, ...] = ()
     engine_key: str | None = None
     numbered_choices: bool = False
+    accelerate_env: str | None = None
+    """The variable Hugging Face Accelerate's launcher exports for this option
+    (``ACCELERATE_DEEPSPEED_ZERO_STAGE``), read when ``ACCEL_STRATEGY_CONFIG`` is unset; ``None``:
+    Accelerate has none."""
+    accelerate_reading: str | None = None
+    """How the text of ``accelerate_env`` is read. ``None``: by ``kind`` (``int``: an integer,
+    ``auto`` leaves the key out; ``float``: a number, ``auto``/``none`` leave it out; ``bool`` and
+    ``flag``: true/false; ``str``: the stripped text, or with ``numbered_choices`` also a number
+    counted from 1 in ``choices``). Named readings (:data:`ACCELERATE_READINGS`): ``"optional"``
+    (``none``, ``auto`` or empty leave the key out), ``"lower"`` (lower-cased text),
+    ``"bool_or_text"`` (true/false, else the stripped text)."""
+
+    def __post_init__(self) -> None:
+        if self.accelerate_reading is not None and (
+            self.accelerate_reading not in ACCELERATE_READINGS
+        ):
+            raise ValueError(
+                f"launch option {self.name!r}: accelerate_reading={self.accelerate_reading!r} is "
+                f"not one of {', '.join(ACCELERATE_READINGS)} (or None: read by kind)"
+            )
 
     @property
     def section_key(self) -> str:
@@ -131,6 +157,9 @@ class EngineDescription:
         renamed_config_keys: older keys of its ``config_section`` (top-level keys without one)
             -> the keys that replaced them. A file may still hold an older key (read like the
             newer one); ``accel config update`` renames it.
+        accelerate_flag: Hugging Face Accelerate's variable that chooses it
+            (``"ACCELERATE_USE_DEEPSPEED"``): true means this engine when ``ACCEL_STRATEGY`` is
+            unset. Its options' Accelerate variables are their ``accelerate_env``.
     """
 
     name: str
@@ -157,6 +186,7 @@ class EngineDescription:
     config_questions: tuple[ConfigQuestion, ...] = ()
     runs_on_gpus: bool = True
     renamed_config_keys: Mapping[str, str] = field(default_factory=dict)
+    accelerate_flag: str | None = None
 
     def __post_init__(self) -> None:
         dimensions = self.dimensions
