@@ -11,7 +11,8 @@ A plugin field left at ``None`` is read, in this order, from
 
 Both readings go through accel-ops: :class:`~accel_ops.LaunchEnvironment` parses the launch
 variables, and the key-to-variable table is
-:data:`accel_ops.accelerate_spellings.STRATEGY_CONFIG_VARIABLES` (docs/reference/environment.md).
+:func:`accel_ops.accelerate_spellings.strategy_config_variables`, built from the engine's
+description (``LaunchOption.accelerate_env``; docs/reference/environment.md).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import NamedTuple, TypeVar
 
 from accel_base.env_values import parse_bool
 from accel_ops import LaunchEnvironment
-from accel_ops.accelerate_spellings import STRATEGY_CONFIG_VARIABLES, resolve
+from accel_ops.accelerate_spellings import resolve, strategy_config_variables
 
 _T = TypeVar("_T")
 
@@ -66,7 +67,7 @@ class LaunchSettings:
         """
         if self.config.get(key) is not None:
             return Setting(_raw(self.config[key]), f"ACCEL_STRATEGY_CONFIG[{key!r}]")
-        table = STRATEGY_CONFIG_VARIABLES.get(self.strategy, {})
+        table = strategy_config_variables(self.strategy) if self.strategy else {}
         if key in table:
             name, parse = table[key]
             text = self.environ.get(name)

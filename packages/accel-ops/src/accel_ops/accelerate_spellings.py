@@ -5,8 +5,11 @@ A job set up for Accelerate (``accelerate launch``, a cluster script, ``transfor
 ``ACCELERATE_DEEPSPEED_ZERO_STAGE``, ``FSDP_SHARDING_STRATEGY`` and so on. :func:`resolve` turns
 them into our ``ACCEL_*`` variables before :class:`~accel_ops.LaunchEnvironment` parses them, so
 such a job runs unchanged. The rule is per variable: our spelling wins, Accelerate's is read only
-when ours is unset. Every correspondence is in the tables below (``ALIASES``, ``STRATEGY_FLAGS``,
-``STRATEGY_CONFIG_VARIABLES``); docs/reference/environment.md lists them.
+when ours is unset. The shared variables are in ``ALIASES`` below; an engine's flag and options
+are spelled in its description (``EngineDescription.accelerate_flag``,
+``LaunchOption.accelerate_env``), read from the entry points only when a variable that may be
+Accelerate's is present, so a process launched by accel scans none.
+docs/reference/environment.md lists them.
 """
 
 from __future__ import annotations
@@ -17,8 +20,9 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import NamedTuple
 
+from accel_base import engine_description
+from accel_base.engine_description import LaunchOption
 from accel_base.env_values import LaunchEnvironmentError, parse_bool
-from accel_ops.constants import FSDP_SHARDING_STRATEGY
 
 # Our variable -> Accelerate's spelling of the same variable (same values).
 ALIASES: Mapping[str, str] = MappingProxyType(
@@ -37,13 +41,10 @@ ALIASES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# ``ACCEL_STRATEGY`` when unset: the strategy whose Accelerate flag is true (at most one may be).
-# ``megatron_lm`` is not a strategy accel has, so accel-core refuses it, naming the known ones.
-STRATEGY_FLAGS: tuple[tuple[str, str], ...] = (
-    ("ACCELERATE_USE_DEEPSPEED", "deepspeed"),
-    ("ACCELERATE_USE_FSDP", "fsdp"),
-    ("ACCELERATE_USE_MEGATRON_LM", "megatron_lm"),
-)
+# Accelerate's flag for a strategy accel does not have: ``ACCEL_STRATEGY`` is set to its name, and
+# accel-core refuses it, naming the known strategies. The engines' own flags are in their
+# descriptions (``EngineDescription.accelerate_flag``).
+COMPAT_FLAGS: tuple[tuple[str, str], ...] = (("ACCELERATE_USE_MEGATRON_LM", "megatron_lm"),)
 
 _Parse = Callable[[str], object]
 
@@ -87,60 +88,56 @@ def _bool_or_name(text: str) -> object:
         return text.strip()  # FSDP 1 takes a sharding strategy name here
 
 
-def _sharding_strategy(text: str) -> object:
-    value = text.strip()
-    if value.isdigit() and 1 <= int(value) <= len(FSDP_SHARDING_STRATEGY):
-        # Older Accelerate configs number the strategies from 1 (1 = FULL_SHARD).
-        return FSDP_SHARDING_STRATEGY[int(value) - 1]
-    return value
+def _numbered_choice(choices: tuple[object, ...]) -> _Parse:
+    def read(text: str) -> object:
+        value = text.strip()
+        if value.isdigit() and 1 <= int(value) <= len(choices):
+            # Older Accelerate configs number the choices from 1 (1 = FULL_SHARD).
+            return choices[int(value) - 1]
+        return value
+
+    return read
 
 
-# ``ACCEL_STRATEGY_CONFIG`` when unset, for the strategy in use: its keys (those of the config
-# file's ``deepspeed_config`` / ``fsdp_config`` sections) read from Accelerate's variables.
-STRATEGY_CONFIG_VARIABLES: Mapping[str, Mapping[str, tuple[str, _Parse]]] = MappingProxyType(
-    {
-        "deepspeed": {
-            "deepspeed_config_file": ("ACCELERATE_DEEPSPEED_CONFIG_FILE", _optional_text),
-            "zero_stage": ("ACCELERATE_DEEPSPEED_ZERO_STAGE", _int),
-            "offload_optimizer_device": ("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE", _lower),
-            "offload_param_device": ("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE", _lower),
-            "offload_optimizer_nvme_path": (
-                "ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH",
-                _optional_text,
-            ),
-            "offload_param_nvme_path": (
-                "ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH",
-                _optional_text,
-            ),
-            # read after the aliases: ACCEL_GRADIENT_ACCUMULATION_STEPS, else Accelerate's name
-            "gradient_accumulation_steps": ("ACCEL_GRADIENT_ACCUMULATION_STEPS", _int),
-            "gradient_clipping": ("ACCELERATE_GRADIENT_CLIPPING", _float),
-            "zero3_init_flag": ("ACCELERATE_DEEPSPEED_ZERO3_INIT", parse_bool),
-            "zero3_save_16bit_model": ("ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL", parse_bool),
-            "deepspeed_moe_layer_cls_names": (
-                "ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
-                _optional_text,
-            ),
-        },
-        "fsdp": {
-            "fsdp_version": ("FSDP_VERSION", _int),
-            "fsdp_sharding_strategy": ("FSDP_SHARDING_STRATEGY", _sharding_strategy),
-            "fsdp_reshard_after_forward": ("FSDP_RESHARD_AFTER_FORWARD", _bool_or_name),
-            "fsdp_offload_params": ("FSDP_OFFLOAD_PARAMS", parse_bool),
-            "fsdp_min_num_params": ("FSDP_MIN_NUM_PARAMS", _int),
-            "fsdp_auto_wrap_policy": ("FSDP_AUTO_WRAP_POLICY", _text),
-            "fsdp_transformer_layer_cls_to_wrap": ("FSDP_TRANSFORMER_CLS_TO_WRAP", _optional_text),
-            "fsdp_backward_prefetch": ("FSDP_BACKWARD_PREFETCH", _text),
-            "fsdp_state_dict_type": ("FSDP_STATE_DICT_TYPE", _text),
-            "fsdp_forward_prefetch": ("FSDP_FORWARD_PREFETCH", parse_bool),
-            "fsdp_use_orig_params": ("FSDP_USE_ORIG_PARAMS", parse_bool),
-            "fsdp_cpu_ram_efficient_loading": ("FSDP_CPU_RAM_EFFICIENT_LOADING", parse_bool),
-            "fsdp_sync_module_states": ("FSDP_SYNC_MODULE_STATES", parse_bool),
-            "fsdp_activation_checkpointing": ("FSDP_ACTIVATION_CHECKPOINTING", parse_bool),
-        },
-        "xla": {"downcast_bf16": ("ACCELERATE_DOWNCAST_BF16", parse_bool)},
-    }
+_BY_KIND: Mapping[str, _Parse] = MappingProxyType(
+    {"int": _int, "float": _float, "bool": parse_bool, "flag": parse_bool, "str": _text}
 )
+_NAMED: Mapping[str, _Parse] = MappingProxyType(
+    {"optional": _optional_text, "lower": _lower, "bool_or_text": _bool_or_name}
+)
+
+
+def option_reader(option: LaunchOption) -> _Parse:
+    """How the text of ``option.accelerate_env`` is read (``LaunchOption.accelerate_reading``)."""
+    if option.accelerate_reading is not None:
+        return _NAMED[option.accelerate_reading]
+    if option.kind == "str" and option.numbered_choices and option.choices:
+        return _numbered_choice(tuple(option.choices))
+    return _BY_KIND[option.kind]
+
+
+def strategy_config_variables(name: str) -> Mapping[str, tuple[str, _Parse]]:
+    """``ACCEL_STRATEGY_CONFIG`` when unset, for strategy ``name``: its keys read from Accelerate's
+    variables (``{key: (variable, reader)}``), from the installed engine's description (reads
+    the entry points); empty when no engine of that name is installed."""
+    description = engine_description.engine_for(name, engine_description.installed_engines())
+    if description is None:
+        return MappingProxyType({})
+    return MappingProxyType(
+        {
+            option.name: (option.accelerate_env, option_reader(option))
+            for option in description.launch_options
+            if option.accelerate_env is not None
+        }
+    )
+
+
+def strategy_flags() -> tuple[tuple[str, str], ...]:
+    """Accelerate's ``ACCELERATE_USE_*`` flags and the strategy each chooses: the installed
+    engines' ``accelerate_flag`` (reads the entry points), then :data:`COMPAT_FLAGS`."""
+    engines = engine_description.installed_engines().values()
+    found = tuple((e.accelerate_flag, e.name) for e in engines if e.accelerate_flag is not None)
+    return found + COMPAT_FLAGS
 
 
 class SpelledEnvironment(NamedTuple):
@@ -153,7 +150,8 @@ class SpelledEnvironment(NamedTuple):
 
 
 def resolve(environ: Mapping[str, str]) -> SpelledEnvironment:
-    """Fill ``ACCEL_*`` variables from Accelerate's spelling (tables above); ours win.
+    """Fill ``ACCEL_*`` variables from Accelerate's spelling (``ALIASES``, the engines'
+    descriptions); ours win.
 
     Raises :class:`~accel_ops.LaunchEnvironmentError` naming the Accelerate variable whose value
     can't be read, or both flags when ``ACCELERATE_USE_DEEPSPEED`` and ``ACCELERATE_USE_FSDP``
@@ -165,8 +163,8 @@ def resolve(environ: Mapping[str, str]) -> SpelledEnvironment:
         if ours not in values and theirs in values:
             values[ours] = values[theirs]
             sources[ours] = theirs
-    if "ACCEL_STRATEGY" not in values:
-        chosen = [(flag, name) for flag, name in STRATEGY_FLAGS if _flag(values, flag)]
+    if "ACCEL_STRATEGY" not in values and any(name.startswith(_FLAG_PREFIX) for name in values):
+        chosen = [(flag, name) for flag, name in strategy_flags() if _flag(values, flag)]
         if len(chosen) > 1:
             flags = " and ".join(f"{flag}={values[flag]!r}" for flag, _ in chosen)
             raise LaunchEnvironmentError(
@@ -176,8 +174,8 @@ def resolve(environ: Mapping[str, str]) -> SpelledEnvironment:
         if chosen:
             values["ACCEL_STRATEGY"], sources["ACCEL_STRATEGY"] = chosen[0][1], chosen[0][0]
     strategy = values.get("ACCEL_STRATEGY", "").strip().lower()
-    table = STRATEGY_CONFIG_VARIABLES.get(strategy)
-    if table and "ACCEL_STRATEGY_CONFIG" not in values:
+    if strategy and "ACCEL_STRATEGY_CONFIG" not in values and _may_spell_config(values):
+        table = strategy_config_variables(strategy)
         config, read_from = _strategy_config(values, sources, table)
         if config:
             values["ACCEL_STRATEGY_CONFIG"] = json.dumps(config, sort_keys=True)
@@ -196,6 +194,18 @@ def read_accel_variable(name: str, environ: Mapping[str, str] | None = None) -> 
         return env[name]
     twin = ALIASES.get(name)
     return env.get(twin) if twin is not None else None
+
+
+_FLAG_PREFIX = "ACCELERATE_USE_"
+
+
+def _may_spell_config(values: Mapping[str, str]) -> bool:
+    """Whether some variable may be an engine option's Accelerate spelling (``ACCELERATE_*``,
+    ``FSDP_*`` or ``ACCEL_GRADIENT_ACCUMULATION_STEPS``): only then are the entry points read."""
+    return any(
+        name.startswith(("ACCELERATE_", "FSDP_")) or name == "ACCEL_GRADIENT_ACCUMULATION_STEPS"
+        for name in values
+    )
 
 
 def _flag(values: Mapping[str, str], name: str) -> bool:

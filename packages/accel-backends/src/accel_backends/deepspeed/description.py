@@ -18,35 +18,49 @@ OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 DEEPSPEED_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm")
 
 _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
-    LaunchOption("deepspeed_config_file", "DeepSpeed JSON config file."),
+    LaunchOption(
+        "deepspeed_config_file",
+        "DeepSpeed JSON config file.",
+        accelerate_env="ACCELERATE_DEEPSPEED_CONFIG_FILE",
+        accelerate_reading="optional",
+    ),
     LaunchOption(
         "zero_stage",
         "ZeRO stage.",
         kind="int",
         choices=(0, 1, 2, 3),
         engine_key="zero_optimization.stage",
+        accelerate_env="ACCELERATE_DEEPSPEED_ZERO_STAGE",
     ),
     LaunchOption(
         "offload_optimizer_device",
         "Where optimizer states live.",
         choices=OFFLOAD_DEVICES,
         engine_key="zero_optimization.offload_optimizer.device",
+        accelerate_env="ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE",
+        accelerate_reading="lower",
     ),
     LaunchOption(
         "offload_param_device",
         "Where parameters live (stage 3).",
         choices=OFFLOAD_DEVICES,
         engine_key="zero_optimization.offload_param.device",
+        accelerate_env="ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE",
+        accelerate_reading="lower",
     ),
     LaunchOption(
         "offload_optimizer_nvme_path",
         "NVMe folder for optimizer offload.",
         engine_key="zero_optimization.offload_optimizer.nvme_path",
+        accelerate_env="ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_NVME_PATH",
+        accelerate_reading="optional",
     ),
     LaunchOption(
         "offload_param_nvme_path",
         "NVMe folder for parameter offload.",
         engine_key="zero_optimization.offload_param.nvme_path",
+        accelerate_env="ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_NVME_PATH",
+        accelerate_reading="optional",
     ),
     LaunchOption(
         "gradient_accumulation_steps",
@@ -54,18 +68,34 @@ _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
         kind="int",
         env="ACCEL_GRADIENT_ACCUMULATION_STEPS",
         engine_key="gradient_accumulation_steps",
+        accelerate_env="ACCEL_GRADIENT_ACCUMULATION_STEPS",
     ),
     LaunchOption(
-        "gradient_clipping", "Gradient norm clipping.", kind="float", engine_key="gradient_clipping"
+        "gradient_clipping",
+        "Gradient norm clipping.",
+        kind="float",
+        engine_key="gradient_clipping",
+        accelerate_env="ACCELERATE_GRADIENT_CLIPPING",
     ),
-    LaunchOption("zero3_init_flag", "Build large models sharded (true/false).", kind="bool"),
+    LaunchOption(
+        "zero3_init_flag",
+        "Build large models sharded (true/false).",
+        kind="bool",
+        accelerate_env="ACCELERATE_DEEPSPEED_ZERO3_INIT",
+    ),
     LaunchOption(
         "zero3_save_16bit_model",
         "Save 16-bit weights under stage 3 (true/false).",
         kind="bool",
         engine_key="zero_optimization.stage3_gather_16bit_weights_on_model_save",
+        accelerate_env="ACCELERATE_DEEPSPEED_ZERO3_SAVE_16BIT_MODEL",
     ),
-    LaunchOption("deepspeed_moe_layer_cls_names", "Comma-separated MoE layer class names."),
+    LaunchOption(
+        "deepspeed_moe_layer_cls_names",
+        "Comma-separated MoE layer class names.",
+        accelerate_env="ACCELERATE_DEEPSPEED_MOE_LAYER_CLS_NAMES",
+        accelerate_reading="optional",
+    ),
 )
 
 _CONFIG_KEYS: dict[str, ConfigKey] = {
@@ -144,4 +174,5 @@ DESCRIPTION = EngineDescription(
     wrapper_classes=("DeepSpeedEngine", "PipelineEngine"),
     checkpoint_layouts=("accel_backends.deepspeed.zero_files:find_layout",),
     config_questions=_CONFIG_QUESTIONS,
+    accelerate_flag="ACCELERATE_USE_DEEPSPEED",
 )

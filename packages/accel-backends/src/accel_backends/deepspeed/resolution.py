@@ -24,6 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from accel_backends.deepspeed.config import DeepSpeedConfigDict
+from accel_backends.deepspeed.description import DESCRIPTION
 from accel_backends.deepspeed.launch_check import ENGINE_KEYS
 from accel_backends.deepspeed.sources import (
     ConfigValue,
@@ -36,7 +37,6 @@ from accel_backends.deepspeed.sources import (
     set_value,
 )
 from accel_backends.launch_settings import LaunchSettings, as_bool, as_float, as_int, as_str
-from accel_ops.accelerate_spellings import STRATEGY_CONFIG_VARIABLES
 
 #: DeepSpeedPlugin field (and launch key) -> its dotted key in the DeepSpeed configuration: the
 #: ``engine_key`` of the engine's launch options (one map for the launcher and the plugin).
@@ -107,9 +107,17 @@ def launch_values(settings: LaunchSettings) -> dict[str, Sourced]:
             if settings.config_is_written_by_launcher:
                 label = f"{found.source} (accel launch)"
             else:  # derived from Accelerate's variable of that key
-                label = STRATEGY_CONFIG_VARIABLES["deepspeed"][field][0]
+                label = _ACCELERATE_ENV[field]
         result[key] = Sourced(value, label or found.source)
     return result
+
+
+#: Accelerate's variable of each launch option that has one (from the description).
+_ACCELERATE_ENV: dict[str, str] = {
+    option.name: option.accelerate_env
+    for option in DESCRIPTION.launch_options
+    if option.accelerate_env is not None
+}
 
 
 def _launch_labels(settings: LaunchSettings) -> dict[str, str]:

@@ -25,40 +25,91 @@ FSDP_BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
 FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT")
 
 _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
-    LaunchOption("fsdp_version", "FSDP API version.", kind="int", choices=(1, 2)),
+    LaunchOption(
+        "fsdp_version",
+        "FSDP API version.",
+        kind="int",
+        choices=(1, 2),
+        accelerate_env="FSDP_VERSION",
+    ),
     LaunchOption(
         "fsdp_sharding_strategy",
         "FSDP 1 sharding strategy.",
         choices=FSDP_SHARDING_STRATEGIES,
         numbered_choices=True,
+        accelerate_env="FSDP_SHARDING_STRATEGY",
     ),
     LaunchOption(
-        "fsdp_reshard_after_forward", "FSDP 2: free parameters after forward (true/false)."
+        "fsdp_reshard_after_forward",
+        "FSDP 2: free parameters after forward (true/false).",
+        accelerate_env="FSDP_RESHARD_AFTER_FORWARD",
+        accelerate_reading="bool_or_text",
     ),
     LaunchOption(
-        "fsdp_offload_params", "Offload parameters and gradients to CPU (true/false).", kind="bool"
+        "fsdp_offload_params",
+        "Offload parameters and gradients to CPU (true/false).",
+        kind="bool",
+        accelerate_env="FSDP_OFFLOAD_PARAMS",
     ),
     LaunchOption(
-        "fsdp_min_num_params", "Minimum parameters per unit (SIZE_BASED_WRAP).", kind="int"
+        "fsdp_min_num_params",
+        "Minimum parameters per unit (SIZE_BASED_WRAP).",
+        kind="int",
+        accelerate_env="FSDP_MIN_NUM_PARAMS",
     ),
     LaunchOption(
-        "fsdp_auto_wrap_policy", "How modules are wrapped.", choices=FSDP_AUTO_WRAP_POLICIES
+        "fsdp_auto_wrap_policy",
+        "How modules are wrapped.",
+        choices=FSDP_AUTO_WRAP_POLICIES,
+        accelerate_env="FSDP_AUTO_WRAP_POLICY",
     ),
     LaunchOption(
-        "fsdp_transformer_layer_cls_to_wrap", "Comma-separated layer class names to wrap."
-    ),
-    LaunchOption("fsdp_backward_prefetch", "Backward prefetch.", choices=FSDP_BACKWARD_PREFETCH),
-    LaunchOption("fsdp_state_dict_type", "Checkpoint layout.", choices=FSDP_STATE_DICT_TYPES),
-    LaunchOption("fsdp_forward_prefetch", "Forward prefetch (true/false).", kind="bool"),
-    LaunchOption("fsdp_use_orig_params", "Keep original parameters (true/false).", kind="bool"),
-    LaunchOption(
-        "fsdp_cpu_ram_efficient_loading", "Load weights on rank 0 only (true/false).", kind="bool"
+        "fsdp_transformer_layer_cls_to_wrap",
+        "Comma-separated layer class names to wrap.",
+        accelerate_env="FSDP_TRANSFORMER_CLS_TO_WRAP",
+        accelerate_reading="optional",
     ),
     LaunchOption(
-        "fsdp_sync_module_states", "Broadcast rank 0's weights at wrap (true/false).", kind="bool"
+        "fsdp_backward_prefetch",
+        "Backward prefetch.",
+        choices=FSDP_BACKWARD_PREFETCH,
+        accelerate_env="FSDP_BACKWARD_PREFETCH",
     ),
     LaunchOption(
-        "fsdp_activation_checkpointing", "Activation checkpointing (true/false).", kind="bool"
+        "fsdp_state_dict_type",
+        "Checkpoint layout.",
+        choices=FSDP_STATE_DICT_TYPES,
+        accelerate_env="FSDP_STATE_DICT_TYPE",
+    ),
+    LaunchOption(
+        "fsdp_forward_prefetch",
+        "Forward prefetch (true/false).",
+        kind="bool",
+        accelerate_env="FSDP_FORWARD_PREFETCH",
+    ),
+    LaunchOption(
+        "fsdp_use_orig_params",
+        "Keep original parameters (true/false).",
+        kind="bool",
+        accelerate_env="FSDP_USE_ORIG_PARAMS",
+    ),
+    LaunchOption(
+        "fsdp_cpu_ram_efficient_loading",
+        "Load weights on rank 0 only (true/false).",
+        kind="bool",
+        accelerate_env="FSDP_CPU_RAM_EFFICIENT_LOADING",
+    ),
+    LaunchOption(
+        "fsdp_sync_module_states",
+        "Broadcast rank 0's weights at wrap (true/false).",
+        kind="bool",
+        accelerate_env="FSDP_SYNC_MODULE_STATES",
+    ),
+    LaunchOption(
+        "fsdp_activation_checkpointing",
+        "Activation checkpointing (true/false).",
+        kind="bool",
+        accelerate_env="FSDP_ACTIVATION_CHECKPOINTING",
     ),
 )
 
@@ -154,4 +205,5 @@ DESCRIPTION = EngineDescription(
     checkpoint_layouts=("accel_backends.fsdp.checkpoint_files:find_layout",),
     config_questions=_CONFIG_QUESTIONS,
     renamed_config_keys={"fsdp_backward_prefetch_policy": "fsdp_backward_prefetch"},
+    accelerate_flag="ACCELERATE_USE_FSDP",
 )

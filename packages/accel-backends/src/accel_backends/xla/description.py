@@ -19,6 +19,7 @@ _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
         "Store float64 tensors as bfloat16 too under bf16.",
         kind="flag",
         default=False,
+        accelerate_env="ACCELERATE_DOWNCAST_BF16",
     ),
 )
 
