@@ -71,3 +71,17 @@ def test_the_flags_of_the_old_table():
     assert flags["ACCELERATE_USE_DEEPSPEED"] == "deepspeed"
     assert flags["ACCELERATE_USE_FSDP"] == "fsdp"
     assert flags["ACCELERATE_USE_MEGATRON_LM"] == "megatron_lm"
+
+
+def test_fsdp_choices_are_accelerates_constants():
+    # The description's choices are data of the engine (torch-free, read by the launcher);
+    # accel_ops.constants keeps Accelerate's public lists of the same values
+    # (accelerate.utils.constants), which import torch with accel-ops. Two spellings of one
+    # list, so this pins them equal.
+    from accel_backends.fsdp import description
+    from accel_ops import constants
+
+    assert list(description.FSDP_SHARDING_STRATEGIES) == constants.FSDP_SHARDING_STRATEGY
+    assert list(description.FSDP_AUTO_WRAP_POLICIES) == constants.FSDP_AUTO_WRAP_POLICY
+    assert list(description.FSDP_BACKWARD_PREFETCH) == constants.FSDP_BACKWARD_PREFETCH
+    assert list(description.FSDP_STATE_DICT_TYPES) == constants.FSDP_STATE_DICT_TYPE
