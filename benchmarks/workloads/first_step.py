@@ -42,13 +42,12 @@ def model_and_data():  # torch is imported inside: after the clock started
     return model, data
 
 
-def step_accel() -> None:
+def step_with(accelerator_class) -> None:
+    """The loop with an ``Accelerator`` (accel's and Accelerate's take the same calls)."""
     import torch
     from torch.utils.data import DataLoader
 
-    from accel_core import Accelerator
-
-    accelerator = Accelerator(cpu=True)
+    accelerator = accelerator_class(cpu=True)
     model, data = model_and_data()
     optimizer = torch.optim.AdamW(model.parameters())
     loader = DataLoader(data, batch_size=32, shuffle=True)
@@ -56,21 +55,18 @@ def step_accel() -> None:
     x, y = next(iter(loader))
     accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
     optimizer.step()
+
+
+def step_accel() -> None:
+    from accel_core import Accelerator
+
+    step_with(Accelerator)
 
 
 def step_accelerate() -> None:
-    import torch
     from accelerate import Accelerator
-    from torch.utils.data import DataLoader
 
-    accelerator = Accelerator(cpu=True)
-    model, data = model_and_data()
-    optimizer = torch.optim.AdamW(model.parameters())
-    loader = DataLoader(data, batch_size=32, shuffle=True)
-    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-    x, y = next(iter(loader))
-    accelerator.backward(torch.nn.functional.cross_entropy(model(x), y))
-    optimizer.step()
+    step_with(Accelerator)
 
 
 def step_fabric() -> None:
