@@ -18,3 +18,17 @@ def test_a_process_with_only_accels_variables_reads_no_entry_points(monkeypatch)
     assert calls == []
     resolve({"ACCELERATE_USE_FSDP": "true"})
     assert calls
+
+
+def test_accelerates_strategy_flags_choose_their_strategy_with_no_engine_installed(monkeypatch):
+    # so that accel-core refuses the job, naming what to install, instead of it quietly running
+    # another strategy
+    monkeypatch.setattr(engine_description, "installed_engines", lambda: {})
+    for flag, name in (
+        ("ACCELERATE_USE_DEEPSPEED", "deepspeed"),
+        ("ACCELERATE_USE_FSDP", "fsdp"),
+        ("ACCELERATE_USE_MEGATRON_LM", "megatron_lm"),
+    ):
+        spelled = resolve({flag: "true"})
+        assert spelled.values["ACCEL_STRATEGY"] == name
+        assert spelled.sources["ACCEL_STRATEGY"] == flag

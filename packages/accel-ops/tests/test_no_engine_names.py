@@ -40,8 +40,11 @@ COMPAT_NAMES = frozenset(
 #: Texts allowed in one file, each for a reason.
 COMPAT_TEXTS: dict[str, frozenset[str]] = {
     # Accelerate's launcher exports FSDP's options as FSDP_* variables: only when one may be
-    # present are the engines' descriptions read
-    "accelerate_spellings.py": frozenset({"FSDP_"}),
+    # present are the engines' descriptions read; its public flags that choose a strategy are
+    # honoured when no installed engine declares them, so that the job is refused by name
+    "accelerate_spellings.py": frozenset(
+        {"FSDP_", "ACCELERATE_USE_DEEPSPEED", "deepspeed", "ACCELERATE_USE_FSDP", "fsdp"}
+    ),
     # is_torch_xla_available (Accelerate's) asks torch_xla which device it runs
     "accelerators.py": frozenset(
         {

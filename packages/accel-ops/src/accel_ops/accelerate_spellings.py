@@ -41,10 +41,16 @@ ALIASES: Mapping[str, str] = MappingProxyType(
     }
 )
 
-# Accelerate's flag for a strategy accel does not have: ``ACCEL_STRATEGY`` is set to its name, and
-# accel-core refuses it, naming the known strategies. The engines' own flags are in their
-# descriptions (``EngineDescription.accelerate_flag``).
-COMPAT_FLAGS: tuple[tuple[str, str], ...] = (("ACCELERATE_USE_MEGATRON_LM", "megatron_lm"),)
+# Accelerate's public flags that choose a strategy, read when no installed engine declares the
+# variable (``EngineDescription.accelerate_flag`` comes first): ``ACCEL_STRATEGY`` is then set to
+# the name, and accel-core refuses it, saying which package provides it (or, for Megatron-LM,
+# which accel does not have, naming the known strategies), instead of the job quietly running
+# another strategy.
+COMPAT_FLAGS: tuple[tuple[str, str], ...] = (
+    ("ACCELERATE_USE_DEEPSPEED", "deepspeed"),
+    ("ACCELERATE_USE_FSDP", "fsdp"),
+    ("ACCELERATE_USE_MEGATRON_LM", "megatron_lm"),
+)
 
 _Parse = Callable[[str], object]
 
@@ -134,10 +140,12 @@ def strategy_config_variables(name: str) -> Mapping[str, tuple[str, _Parse]]:
 
 def strategy_flags() -> tuple[tuple[str, str], ...]:
     """Accelerate's ``ACCELERATE_USE_*`` flags and the strategy each chooses: the installed
-    engines' ``accelerate_flag`` (reads the entry points), then :data:`COMPAT_FLAGS`."""
+    engines' ``accelerate_flag`` (reads the entry points), then the :data:`COMPAT_FLAGS` no
+    installed engine declares."""
     engines = engine_description.installed_engines().values()
     found = tuple((e.accelerate_flag, e.name) for e in engines if e.accelerate_flag is not None)
-    return found + COMPAT_FLAGS
+    declared = {flag for flag, _ in found}
+    return found + tuple((flag, name) for flag, name in COMPAT_FLAGS if flag not in declared)
 
 
 class SpelledEnvironment(NamedTuple):
