@@ -13,4 +13,4 @@ and accel-backends re-export its names from their old module paths.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+__version__ = "0.1.1"

@@ -113,7 +113,7 @@ from accel_bigmodel.whole_model_offload import (
 from accel_ops import TensorInformation
 from accel_ops.out_of_scope import OutOfScopeError
 
-__version__ = "0.2.5"
+__version__ = "0.2.6"
 
 __all__ = [
     "AlignDevicesHook",

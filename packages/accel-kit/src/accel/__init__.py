@@ -7,7 +7,7 @@ when first used.
 
 from accel._lazy import export_table
 
-__version__ = "0.3.5"
+__version__ = "0.3.6"
 
 _NAMES = {
     # accel-core

@@ -209,7 +209,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs read; at run time, ``__getattr_
     from accel_ops.versions import STR_OPERATION_TO_FUNC, compare_versions, is_torch_version
     from accel_ops.zero3 import GatheredParameters
 
-__version__ = "0.2.5"
+__version__ = "0.2.6"
 
 # submodule of accel_ops -> the public names it defines; each is imported on first use
 _MODULES: dict[str, tuple[str, ...]] = {

@@ -2,5 +2,5 @@
 
 from accel_testing.processes import WorkerResult, WorkersFailed, free_port, run_workers
 
-__version__ = "0.1.7"
+__version__ = "0.1.8"
 __all__ = ["WorkerResult", "WorkersFailed", "free_port", "run_workers"]
