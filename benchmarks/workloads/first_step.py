@@ -112,6 +112,13 @@ def main() -> None:
     line = {"library": library, "rank": int(os.environ["RANK"]), "seconds": seconds}
     with open(result, "a") as handle:
         handle.write(json.dumps(line) + "\n")
+    # After the clock: every library leaves its process group up, and gloo's threads still
+    # running at interpreter exit can abort the process ("terminate called without an active
+    # exception"), which would fail the run after its figure was written.
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

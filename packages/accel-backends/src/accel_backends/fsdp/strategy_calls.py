@@ -32,16 +32,13 @@ import torch
 from accel_backends.errors import StrategyNotBuiltError
 from accel_backends.fsdp import dcp
 from accel_backends.fsdp.full_load import load_full_state_dict
-from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin, refuse_local_state_dict
-from accel_backends.fsdp.sharding import shard_model
-from accel_backends.fsdp.strategy import FSDPStrategy
-from accel_backends.fsdp.v1_wrapping import state_dict_module
 from accel_core.optimizer import unwrap_optimizer
 
 if TYPE_CHECKING:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
     from torch.nn.modules.module import _IncompatibleKeys
 
+    from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
     from accel_core import Accelerator
 
 logger = logging.getLogger(__name__)
@@ -71,7 +68,7 @@ def save_fsdp_model(
     full = _is_full(fsdp_plugin, "save_fsdp_model")
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    inner = state_dict_module(model)
+    inner = _state_dict_module(model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     state = get_model_state_dict(inner, options=options)
     _write(accelerator, state, folder, "model", model_index, full=full, use_dcp=use_dcp)
@@ -93,7 +90,7 @@ def load_fsdp_model(
 
     full = _is_full(fsdp_plugin, "load_fsdp_model")
     accelerator.wait_for_everyone()
-    inner = state_dict_module(model)
+    inner = _state_dict_module(model)
     options = _options(accelerator, full=full, adapter_only=adapter_only, model=inner)
     folder = Path(input_dir)
     state = _read(
@@ -126,7 +123,7 @@ def save_fsdp_optimizer(
     full = _is_full(fsdp_plugin, "save_fsdp_optimizer")
     folder = Path(output_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    inner = state_dict_module(model)
+    inner = _state_dict_module(model)
     options = _options(accelerator, full=full, model=inner)
     state = get_optimizer_state_dict(inner, unwrap_optimizer(optimizer), options=options)
     _write(accelerator, state, folder, "optimizer", optimizer_index, full=full, use_dcp=use_dcp)
@@ -152,7 +149,7 @@ def load_fsdp_optimizer(
 
     full = _is_full(fsdp_plugin, "load_fsdp_optimizer")
     accelerator.wait_for_everyone()
-    inner, torch_optimizer = state_dict_module(model), unwrap_optimizer(optimizer)
+    inner, torch_optimizer = _state_dict_module(model), unwrap_optimizer(optimizer)
     options = _options(accelerator, full=full, model=inner)
     folder = Path(input_dir)
     state = _read(
@@ -175,6 +172,9 @@ def fsdp2_prepare_model(accelerator: Accelerator, model: torch.nn.Module) -> tor
     returns it. A model sharded already is returned as it is."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import FSDPModule
+
+    from accel_backends.fsdp.sharding import shard_model
+    from accel_backends.fsdp.strategy import FSDPStrategy
 
     if isinstance(model, FSDPModule) or isinstance(getattr(model, "_orig_mod", None), FSDPModule):
         return model
@@ -264,11 +264,15 @@ def _is_full(plugin: FullyShardedDataParallelPlugin, what: str) -> bool:
     ``LOCAL_STATE_DICT`` is refused, as by the strategy)."""
     from torch.distributed.fsdp import StateDictType
 
+    from accel_backends.fsdp.plugin import refuse_local_state_dict
+
     refuse_local_state_dict(plugin, what)
     return plugin.state_dict_type == StateDictType.FULL_STATE_DICT
 
 
 def _plugin_of(accelerator: Accelerator, what: str) -> FullyShardedDataParallelPlugin:
+    from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
+
     plugin = accelerator.state.fsdp_plugin or getattr(accelerator.strategy, "plugin", None)
     if not isinstance(plugin, FullyShardedDataParallelPlugin):
         raise ValueError(
@@ -306,6 +310,15 @@ def _options(
         ignore_frozen_params=adapter,
         strict=not adapter,
     )
+
+
+def _state_dict_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module whose state dict is the model's (:func:`accel_backends.fsdp.v1_wrapping.
+    state_dict_module`), imported here: ``accelerate.utils.fsdp_utils`` is imported by every
+    Trainer, most of which never call these functions."""
+    from accel_backends.fsdp.v1_wrapping import state_dict_module
+
+    return state_dict_module(model)
 
 
 def _is_fsdp1(model: torch.nn.Module | None) -> bool:
