@@ -73,15 +73,27 @@ def test_the_flags_of_the_old_table():
     assert flags["ACCELERATE_USE_MEGATRON_LM"] == "megatron_lm"
 
 
-def test_fsdp_choices_are_accelerates_constants():
-    # The description's choices are data of the engine (torch-free, read by the launcher);
-    # accel_ops.constants keeps Accelerate's public lists of the same values
-    # (accelerate.utils.constants), which import torch with accel-ops. Two spellings of one
-    # list, so this pins them equal.
-    from accel_backends.fsdp import description
+def test_the_choice_lists_are_accelerates_constants_read_without_torch():
+    # One definition of each list: accel_ops.constants (Accelerate's public lists, importable
+    # without torch), which the engines' descriptions read. Importing the descriptions, as
+    # ``accel launch`` does, still imports no torch.
+    import subprocess
+    import sys
+
+    from accel_backends.deepspeed import description as deepspeed
+    from accel_backends.fsdp import description as fsdp
     from accel_ops import constants
 
-    assert list(description.FSDP_SHARDING_STRATEGIES) == constants.FSDP_SHARDING_STRATEGY
-    assert list(description.FSDP_AUTO_WRAP_POLICIES) == constants.FSDP_AUTO_WRAP_POLICY
-    assert list(description.FSDP_BACKWARD_PREFETCH) == constants.FSDP_BACKWARD_PREFETCH
-    assert list(description.FSDP_STATE_DICT_TYPES) == constants.FSDP_STATE_DICT_TYPE
+    options = {option.name: option for option in fsdp.DESCRIPTION.launch_options}
+    assert options["fsdp_sharding_strategy"].choices == tuple(constants.FSDP_SHARDING_STRATEGY)
+    assert options["fsdp_auto_wrap_policy"].choices == tuple(constants.FSDP_AUTO_WRAP_POLICY)
+    assert options["fsdp_backward_prefetch"].choices == tuple(constants.FSDP_BACKWARD_PREFETCH)
+    assert options["fsdp_state_dict_type"].choices == tuple(constants.FSDP_STATE_DICT_TYPE)
+    launcher = deepspeed.DESCRIPTION.config_keys["deepspeed_multinode_launcher"]
+    assert launcher.choices == tuple(constants.DEEPSPEED_MULTINODE_LAUNCHERS)
+    code = (
+        "import sys, accel_backends.fsdp.description, accel_backends.deepspeed.description; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

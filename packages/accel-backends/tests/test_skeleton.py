@@ -1,11 +1,14 @@
 import importlib.metadata
+import tomllib
 from pathlib import Path
 
 import accel_backends
 
 
 def test_installs_with_its_declared_version():
-    assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == "0.4.4"
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    declared = pyproject["project"]["version"]
+    assert accel_backends.__version__ == importlib.metadata.version("accel-backends") == declared
 
 
 def test_registers_the_fsdp_deepspeed_and_xla_strategies():

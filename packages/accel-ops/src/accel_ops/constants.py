@@ -3,13 +3,20 @@
 The checkpoint file names keep checkpoints interchangeable between Accelerate and accel; the
 version floors, choice lists and launcher parameters are kept so code that reads them keeps
 working. Lists stay lists, as in Accelerate (code compares them with ``==`` and ``in``).
+
+Importable without torch: the engines' descriptions (read by ``accel launch``, which must not
+import torch) take their choice lists from here, so each list is defined once. The one constant
+made of torch classes, ``SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING``, is built on first use.
 """
 
 from __future__ import annotations
 
-import torch
+import operator
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from accel_ops.versions import STR_OPERATION_TO_FUNC
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "BETA_CP_AVAILABLE_PYTORCH_VERSION",
@@ -45,7 +52,7 @@ __all__ = [
     "SCALER_NAME",
     "SCHEDULER_NAME",
     "STR_OPERATION_TO_FUNC",
-    "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING",
+    "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING",  # noqa: F822 (built by __getattr__, with torch)
     "TORCH_DISTRIBUTED_OPERATION_TYPES",
     "TORCH_DYNAMO_MODES",
     "TORCH_LAUNCH_PARAMS",
@@ -71,6 +78,16 @@ SCALER_NAME = "scaler.pt"
 RNG_STATE_NAME = "random_states"
 PROFILE_PATTERN_NAME = "profile_{suffix}.json"
 FSDP_MODEL_NAME = "pytorch_model_fsdp"
+
+# The comparison operators that version checks accept, by their spelling.
+STR_OPERATION_TO_FUNC: dict[str, Callable[[Any, Any], bool]] = {
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<=": operator.le,
+    "<": operator.lt,
+}
 
 # FSDP choices, as the config file and the launcher spell them.
 FSDP_SHARDING_STRATEGY = [
@@ -156,13 +173,26 @@ TORCH_DISTRIBUTED_OPERATION_TYPES = [
     "MULTI_NEURON",
 ]
 
-# Layers whose weights layerwise casting stores in a small dtype and upcasts for each forward.
-SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING: tuple[type[torch.nn.Module], ...] = (
-    torch.nn.Conv1d,
-    torch.nn.Conv2d,
-    torch.nn.Conv3d,
-    torch.nn.ConvTranspose1d,
-    torch.nn.ConvTranspose2d,
-    torch.nn.ConvTranspose3d,
-    torch.nn.Linear,
+# Layers whose weights layerwise casting stores in a small dtype and upcasts for each forward
+# (``SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING``: built by ``__getattr__`` below, with torch).
+_UPCASTING_LAYERS = (
+    "Conv1d",
+    "Conv2d",
+    "Conv3d",
+    "ConvTranspose1d",
+    "ConvTranspose2d",
+    "ConvTranspose3d",
+    "Linear",
 )
+
+
+def __getattr__(name: str) -> tuple[type[torch.nn.Module], ...]:
+    """``SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING``, the torch layer classes, built (and kept) on
+    first use so that importing this module does not import torch."""
+    if name != "SUPPORTED_PYTORCH_LAYERS_FOR_UPCASTING":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import torch
+
+    layers = tuple(getattr(torch.nn, layer) for layer in _UPCASTING_LAYERS)
+    globals()[name] = layers
+    return layers

@@ -6,23 +6,14 @@
 from __future__ import annotations
 
 import importlib.metadata
-import operator
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
+from accel_ops.constants import STR_OPERATION_TO_FUNC
+
 if TYPE_CHECKING:
     from packaging.version import Version
-
-STR_OPERATION_TO_FUNC: dict[str, Callable[[Any, Any], bool]] = {
-    ">": operator.gt,
-    ">=": operator.ge,
-    "==": operator.eq,
-    "!=": operator.ne,
-    "<=": operator.le,
-    "<": operator.lt,
-}
 
 
 torch_version: Version

@@ -11,11 +11,11 @@ from __future__ import annotations
 from accel_base.config_question import ConfigQuestion
 from accel_base.engine_description import ConfigKey, EngineDescription, LaunchOption
 from accel_base.mesh_dimension import DP_REPLICATE
+from accel_ops.constants import DEEPSPEED_MULTINODE_LAUNCHERS  # torch-free module
 
 #: Where DeepSpeed may offload optimizer states or parameters.
 OFFLOAD_DEVICES = ("none", "cpu", "nvme")
 #: DeepSpeed's multi-machine launchers (``deepspeed_multinode_launcher``).
-DEEPSPEED_LAUNCHERS = ("pdsh", "standard", "openmpi", "mvapich", "mpich", "nossh", "slurm")
 
 _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption(
@@ -103,7 +103,7 @@ _CONFIG_KEYS: dict[str, ConfigKey] = {
     "deepspeed_exclusion_filter": ConfigKey("str", "DeepSpeed exclusion filter"),
     "deepspeed_inclusion_filter": ConfigKey("str", "DeepSpeed inclusion filter"),
     "deepspeed_multinode_launcher": ConfigKey(
-        "str", "multi-machine launcher", choices=DEEPSPEED_LAUNCHERS
+        "str", "multi-machine launcher", choices=tuple(DEEPSPEED_MULTINODE_LAUNCHERS)
     ),
 }
 

@@ -12,17 +12,12 @@ from dataclasses import replace
 from accel_base.config_question import ConfigQuestion
 from accel_base.engine_description import EngineDescription, LaunchOption
 from accel_base.mesh_dimension import DP_REPLICATE, DP_SHARD, TP
-
-FSDP_SHARDING_STRATEGIES = (
-    "FULL_SHARD",
-    "SHARD_GRAD_OP",
-    "NO_SHARD",
-    "HYBRID_SHARD",
-    "HYBRID_SHARD_ZERO2",
+from accel_ops.constants import (  # Accelerate's lists (torch-free module), defined once there
+    FSDP_AUTO_WRAP_POLICY,
+    FSDP_BACKWARD_PREFETCH,
+    FSDP_SHARDING_STRATEGY,
+    FSDP_STATE_DICT_TYPE,
 )
-FSDP_AUTO_WRAP_POLICIES = ("TRANSFORMER_BASED_WRAP", "SIZE_BASED_WRAP", "NO_WRAP")
-FSDP_BACKWARD_PREFETCH = ("BACKWARD_PRE", "BACKWARD_POST", "NO_PREFETCH")
-FSDP_STATE_DICT_TYPES = ("FULL_STATE_DICT", "LOCAL_STATE_DICT", "SHARDED_STATE_DICT")
 
 _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption(
@@ -35,7 +30,7 @@ _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption(
         "fsdp_sharding_strategy",
         "FSDP 1 sharding strategy.",
-        choices=FSDP_SHARDING_STRATEGIES,
+        choices=tuple(FSDP_SHARDING_STRATEGY),
         numbered_choices=True,
         accelerate_env="FSDP_SHARDING_STRATEGY",
     ),
@@ -60,7 +55,7 @@ _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption(
         "fsdp_auto_wrap_policy",
         "How modules are wrapped.",
-        choices=FSDP_AUTO_WRAP_POLICIES,
+        choices=tuple(FSDP_AUTO_WRAP_POLICY),
         accelerate_env="FSDP_AUTO_WRAP_POLICY",
     ),
     LaunchOption(
@@ -72,13 +67,13 @@ _LAUNCH_OPTIONS: tuple[LaunchOption, ...] = (
     LaunchOption(
         "fsdp_backward_prefetch",
         "Backward prefetch.",
-        choices=FSDP_BACKWARD_PREFETCH,
+        choices=tuple(FSDP_BACKWARD_PREFETCH),
         accelerate_env="FSDP_BACKWARD_PREFETCH",
     ),
     LaunchOption(
         "fsdp_state_dict_type",
         "Checkpoint layout.",
-        choices=FSDP_STATE_DICT_TYPES,
+        choices=tuple(FSDP_STATE_DICT_TYPE),
         accelerate_env="FSDP_STATE_DICT_TYPE",
     ),
     LaunchOption(
