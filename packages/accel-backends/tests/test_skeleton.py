@@ -1,6 +1,7 @@
 import importlib.metadata
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 import accel_backends
 

@@ -1,10 +1,10 @@
 """Start a training function on several processes from Python: a notebook, a test, a debugger.
 
 Both launchers go through torch's elastic agent
-(``torch.distributed.launcher.api.elastic_launch``), the machinery ``accel launch`` and ``torchrun``
-use, so each worker sees the usual launch environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR``, ``MASTER_PORT``, ...) plus the ``ACCEL_*`` variables of
-docs/reference/environment.md, and builds its state from them.
+(``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs) by the same code as
+``accel launch`` (:mod:`accel_base.elastic_agent`), so each worker sees the usual launch
+environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``, ...) plus
+the ``ACCEL_*`` variables of docs/reference/environment.md, and builds its state from them.
 """
 
 from __future__ import annotations
@@ -135,22 +135,22 @@ def _elastic_launch(
     monitor_interval: float = 0.1,
     log_line_prefix_template: str | None = None,
 ) -> None:
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from accel_base.elastic_agent import ElasticJob, agent_errors, run_elastic_job
 
+    child_failed, _ = agent_errors()
     start_method = _start_method()
     _check_parent_is_clean(launcher, start_method)
     rdzv_configs = dict(rdzv_conf or {})
     if rdzv_backend == "static":
         rdzv_configs["rank"] = node_rank
-    config = LaunchConfig(
+    job = ElasticJob(
+        nproc_per_node=num_processes,
+        rdzv_endpoint=rdzv_endpoint or f"{master_addr}:{port}",
         min_nodes=num_nodes,
         max_nodes=num_nodes,
-        nproc_per_node=num_processes,
-        run_id=rdzv_id,
-        rdzv_endpoint=rdzv_endpoint or f"{master_addr}:{port}",
         rdzv_backend=rdzv_backend,
         rdzv_configs=rdzv_configs,
+        run_id=rdzv_id,
         max_restarts=max_restarts,
         monitor_interval=monitor_interval,
         start_method=start_method,
@@ -161,8 +161,8 @@ def _elastic_launch(
         env["OMP_NUM_THREADS"] = "1"  # what torchrun does for several processes per machine
     with _patched_environment(env):
         try:
-            elastic_launch(config=config, entrypoint=_Entrypoint(function))(*args)
-        except ChildFailedError as exc:
+            run_elastic_job(job, _Entrypoint(function), args)
+        except child_failed as exc:
             failed = {rank: _failure_text(f) for rank, f in sorted(exc.failures.items())}
             world = num_processes * num_nodes
             lines = [

@@ -1,8 +1,9 @@
 """Start the job: one process in place, or several under torch's elastic agent.
 
-torch is imported here and only here (lazily, when a job with several processes starts): the
-elastic agent (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs) starts,
-watches and stops the workers. ``accel`` has no process manager of its own.
+torch is imported only when a job with several processes starts: the elastic agent
+(``torch.distributed.launcher.api.elastic_launch``, what ``torchrun`` runs) starts, watches and
+stops the workers, through :mod:`accel_base.elastic_agent`, the one elastic launcher that
+accel-core's ``notebook_launcher`` also uses. ``accel`` has no process manager of its own.
 """
 
 from __future__ import annotations
@@ -14,6 +15,12 @@ import sys
 import tempfile
 import threading
 
+from accel_base.elastic_agent import (
+    ElasticAgentMissingError,
+    ElasticJob,
+    agent_errors,
+    run_elastic_job,
+)
 from accel_launch.errors import AccelLaunchError
 from accel_launch.launch import faults, hang_report
 from accel_launch.launch.resolve import LaunchPlan
@@ -80,14 +87,9 @@ def run_elastic(
     if quiet:
         os.environ.setdefault("LOGLEVEL", "ERROR")
     try:
-        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, SignalException
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-    except ImportError as error:
-        raise AccelLaunchError(
-            f"launching several processes needs PyTorch's elastic agent ({error}); install torch: "
-            "https://pytorch.org/get-started/locally/"
-        ) from None
+        ChildFailedError, SignalException = agent_errors()
+    except ElasticAgentMissingError as error:
+        raise AccelLaunchError(str(error)) from None
 
     if quiet:
         import logging
@@ -103,26 +105,21 @@ def run_elastic(
     # signals it passes on from TORCHELASTIC_SIGNALS_TO_HANDLE
     handled = faults.signals_to_handle(preemption)
     os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = handled
-    newer = faults.supported_fields(
-        LaunchConfig,
-        shutdown_timeout=max(round(float(plan["preemption_grace"])), 1),
-        signals_to_handle=handled,
-        local_addr=faults.local_address(str(plan["main_process_ip"])),
-    )
-    config = LaunchConfig(
+    job = ElasticJob(
+        nproc_per_node=plan.nproc_per_node,
+        rdzv_endpoint=f"{plan['main_process_ip']}:{port}",
         min_nodes=int(plan["min_machines"]),
         max_nodes=int(plan["num_machines"]),
-        nproc_per_node=plan.nproc_per_node,
-        run_id="none",  # torchrun's default; every machine must use the same id
-        role="default",
-        rdzv_endpoint=f"{plan['main_process_ip']}:{port}",
         rdzv_backend=backend,
         rdzv_configs=faults.rendezvous_settings(plan),
+        run_id="none",  # torchrun's default; every machine must use the same id
         max_restarts=int(plan["max_restarts"]),
         monitor_interval=float(plan["monitor_interval"]),
         start_method="spawn",
-        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
-        **newer,
+        log_dir=log_dir,
+        shutdown_timeout=max(round(float(plan["preemption_grace"])), 1),
+        signals_to_handle=handled,
+        local_addr=faults.local_address(str(plan["main_process_ip"])),
     )
     entrypoint, *args = elastic_command(script, script_args, module, no_python)
     os.environ[LAUNCHER_PID] = str(os.getpid())
@@ -139,7 +136,7 @@ def run_elastic(
     if hang_signal:
         previous = signal.signal(signal.SIGUSR1, lambda *_: monitor.report("SIGUSR1 received"))
     try:
-        elastic_launch(config, entrypoint)(*args)
+        run_elastic_job(job, entrypoint, args)
     except ChildFailedError as error:
         monitor.stop()
         saved = faults.preempted_line(folder)

@@ -51,15 +51,6 @@ def signals_to_handle(preemption: signal.Signals | None) -> str:
     return ",".join(handled)
 
 
-def supported_fields(config_class: type, **values: Any) -> dict[str, Any]:
-    """The ``values`` whose names are fields of the dataclass ``config_class`` (torch's
-    ``LaunchConfig`` gained some in later releases)."""
-    import dataclasses
-
-    names = {field.name for field in dataclasses.fields(config_class)}
-    return {name: value for name, value in values.items() if name in names}
-
-
 def local_address(main_address: str) -> str:
     """This machine's address on the route to ``main_address`` (a UDP ``connect`` sends
     nothing). A c10d round publishes its rank 0's address to the workers as ``MASTER_ADDR``;
