@@ -21,14 +21,17 @@ described by its name alone.
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
+from typing import TYPE_CHECKING
 
 from accel_base.config_question import ConfigQuestion
 from accel_base.mesh_dimension import DP_REPLICATE, MeshDimension, dimensions_named
+
+if TYPE_CHECKING:
+    import importlib.metadata
 
 ENTRY_POINT_GROUP = "accel.strategies"
 
@@ -253,6 +256,8 @@ def describe_entry_point(entry_point: importlib.metadata.EntryPoint) -> EngineDe
 def installed_engines() -> Mapping[str, EngineDescription]:
     """Every engine the installed packages describe, by name (loaded once per process). An entry
     point that does not load is left out with a warning naming it and its package."""
+    import importlib.metadata  # 25 ms: when the engines are read, not on import (accel --help)
+
     found: dict[str, EngineDescription] = {}
     for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
         try:
