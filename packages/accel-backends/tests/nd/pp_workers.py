@@ -2,21 +2,22 @@
 ``accel_testing.run_workers``: ``pp_workers.py OUT LAYOUT MODEL SCHEDULE [options]``.
 
 LAYOUT is the ``ParallelismConfig``: ``pp2`` (2 processes), ``pp2xshard2`` (4 processes: each
-stage sharded with FSDP2 over 2) or ``whole`` (1 process, no pipeline: a pipeline checkpoint
-loaded whole). MODEL is ``stack`` (a plain PyTorch model of 4 layers and a head, split by a
-``split_fn``) or ``llama`` (a tiny transformers Llama of 4 decoder layers, split by accel).
-SCHEDULE is ``GPipe`` or ``1F1B``.
+stage sharded with FSDP2 over 2), ``pp4`` (4 processes, one layer each) or ``whole`` (1
+process, no pipeline: a pipeline checkpoint loaded whole). MODEL is ``stack`` (a plain PyTorch
+model of 4 layers and a head, split by a ``split_fn``) or ``llama`` (a tiny transformers Llama
+of 4 decoder layers, split by accel). SCHEDULE is ``GPipe`` or ``1F1B``.
 
 Every process trains with ``accelerator.forward_backward``; every process also trains the whole
 model in one process of plain PyTorch over the same global batches (the reference) and reports
-the largest difference of the weights its stage holds. Rank 0 writes ``OUT/result.json``.
-Everything is float64 (the Llama's loss is computed in float32 by transformers' reference path;
-the pipeline's own loss_fn below stays in float64).
+the largest difference of the weights. Rank 0 writes ``OUT/result.json``. Everything is
+float64.
 
-Options: ``--steps N``; ``--accumulate K`` (gradient accumulation steps); ``--save DIR``
-(``save_state`` and ``save_model`` after training); ``--load DIR`` (``load_state`` before
-training, which goes on from the step saved there); ``--checkpoint-every K`` with
-``--die-after K`` (SIGKILL every process after that step) or ``--resume``.
+Options: ``--steps N``; ``--accumulate K`` (gradient accumulation steps); ``--microbatches M``;
+``--save DIR`` (``save_state`` and ``save_model`` after training; rank 0 reads the saved model
+back); ``--load DIR`` (``load_state`` before training, which goes on from the step saved
+there); ``--checkpoint-every K`` with ``--die-after K`` (SIGKILL every process after that step)
+or ``--resume``; ``--refusals`` (report what ``accelerator.backward`` and a batch that does not
+split into the micro-batches raise).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from accel_core.configuration import ProjectConfiguration
 LAYOUTS = {
     "pp2": {"pp_size": 2},
     "pp2xshard2": {"pp_size": 2, "dp_shard_size": 2},
+    "pp4": {"pp_size": 4},
     "whole": {},
 }
 GLOBAL_BATCH = 8
@@ -160,7 +162,7 @@ def reference(kind: str, path: Path | None, steps: int, accumulate: int) -> dict
             break
         loss = loss_fn(call_model(model, inputs_of(kind, inputs)), labels)
         (loss / accumulate).backward()
-        losses.append(float(loss))
+        losses.append(loss.item())
         if (step + 1) % accumulate == 0:
             norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)))
             optimizer.step()
@@ -170,6 +172,23 @@ def reference(kind: str, path: Path | None, steps: int, accumulate: int) -> dict
         "norms": norms,
         "state": {k: v.detach().clone() for k, v in model.state_dict().items()},
     }
+
+
+def refused_calls(accelerator: Accelerator, model: torch.nn.Module, kind: str) -> dict[str, str]:
+    """What ``accelerator.backward`` under pp, and a batch of 3 samples (4 micro-batches), say;
+    neither changes anything (no gradient appears)."""
+    found = {}
+    try:
+        accelerator.backward(torch.zeros((), requires_grad=True))
+    except RuntimeError as error:
+        found["backward"] = str(error)
+    inputs, labels = dataset(kind)[:3]
+    try:
+        accelerator.forward_backward(model, inputs_of(kind, inputs), loss_fn, labels)
+    except ValueError as error:
+        found["uneven"] = str(error)
+    assert all(p.grad is None for p in model.parameters())
+    return found
 
 
 def main() -> None:
@@ -186,7 +205,9 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=0)
     parser.add_argument("--die-after", type=int, default=-1)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--refusals", action="store_true")
     args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     torch.set_default_dtype(torch.float64)
     kind = args.model
     handler = PipelineParallelConfig(
@@ -215,6 +236,7 @@ def main() -> None:
     if args.load is not None or args.resume:
         accelerator.load_state(None if args.resume else str(args.load))
         start = accelerator.step
+    refusals = refused_calls(accelerator, model, kind) if args.refusals else {}
     losses, norms = [], []
     batches = accelerator.skip_first_batches(loader, start) if start else loader
     for index, (inputs, labels) in enumerate(batches, start=start):
@@ -244,7 +266,9 @@ def main() -> None:
         "mesh": list(accelerator.torch_device_mesh.mesh_dim_names)
         if accelerator.torch_device_mesh is not None
         else [],
-        "keys": sorted(state),
+        # the parameters this process's stage holds; ``state`` is the whole model's, gathered
+        "keys": sorted(name for name, _ in accelerator.unwrap_model(model).named_parameters()),
+        "state_keys": sorted(state),
         "weight_differences": {
             k: (v - expected["state"][k]).abs().max().item() for k, v in state.items()
         },
@@ -252,13 +276,24 @@ def main() -> None:
     all_facts = [None] * dist.get_world_size()
     dist.all_gather_object(all_facts, facts)
     if accelerator.is_main_process:
+        saved = {}
+        if args.save is not None:
+            from safetensors.torch import load_file
+
+            saved = load_file(str(args.save / "model" / "model.safetensors"))
         result = {
+            "saved_model_keys": sorted(saved),
+            "saved_model_difference": max(
+                ((v - expected["state"][k]).abs().max().item() for k, v in saved.items()),
+                default=None,
+            ),
             "losses": losses,
             "reference_losses": expected["losses"][start:],
             "norms": norms,
             "reference_norms": expected["norms"][start // args.accumulate :],
             "reference_keys": sorted(expected["state"]),
             "processes": all_facts,
+            "refusals": refusals,
         }
         (args.out / "result.json").write_text(json.dumps(result))
     accelerator.end_training()

@@ -13,6 +13,7 @@ import torch
 
 from accel_backends.fsdp.accumulation import FSDP2Accumulation, gradient_sync_off
 from accel_backends.fsdp.common import FSDPStrategy
+from accel_backends.fsdp.pipelining.checkpoint_io import PipelineCheckpointIO
 from accel_backends.fsdp.pipelining.clipping import clip_grad_norm_over_stages
 from accel_backends.fsdp.pipelining.refusals import refuse_unsupported_pipeline
 from accel_backends.fsdp.pipelining.schedule_step import PipelineStep
@@ -28,6 +29,7 @@ from accel_core.unwrap import extract_model_from_parallel
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
     from torch.distributed.device_mesh import DeviceMesh
 
     from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
@@ -50,6 +52,10 @@ class FSDP2Strategy(FSDPStrategy):
     ) -> None:
         super().__init__(kwargs_handlers, plugin, **options)
         self.accumulation = FSDP2Accumulation(self)
+        self.checkpoint_io = PipelineCheckpointIO(self)
+        #: Set while a checkpoint whose optimizer state was written flattened (by pipeline
+        #: stages) loads, so that it is read so here too.
+        self._flat_optimizer_checkpoint = False
         #: This process's pipeline stage and its schedule (None without a ``pp`` dimension).
         self.pipeline: PipelineStep | None = None
 
@@ -173,6 +179,16 @@ class FSDP2Strategy(FSDPStrategy):
         return clip_grad_norm_over_stages(
             parameters, max_norm, norm_type, self.pp_mesh.get_group(), self.device
         )
+
+    def _options(
+        self, *, full: bool, cpu_offload: bool = False, strict: bool = True
+    ) -> StateDictOptions:
+        """FSDP's; under pipeline parallelism the optimizer's state is flattened (keyed by
+        parameter name, group settings included: the stages' groups differ)."""
+        options = super()._options(full=full, cpu_offload=cpu_offload, strict=strict)
+        if self.pp_mesh is not None or self._flat_optimizer_checkpoint:
+            options.flatten_optimizer_state_dict = True
+        return options
 
     def _parallelize_fn(self) -> ParallelizeFn | None:
         """The configuration's ``tp_handler.parallelize_fn`` (read at ``prepare``, so one set on
