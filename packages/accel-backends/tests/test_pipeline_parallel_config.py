@@ -112,6 +112,7 @@ def test_a_bad_split_is_refused_before_the_model_changes():
     half.weight = model.head.weight  # uses the head's weight, not its bias
     with pytest.raises(ValueError, match=r"parameters it does not use \(head.bias\)"):
         keep_stage(model, lambda m, i, n: half, 1, 2)
+    assert [name for name, _ in model.named_parameters()] == names
 
 
 def test_layers_are_split_evenly_the_first_stages_taking_the_rest():

@@ -67,27 +67,39 @@ def keep_stage(
             f"stage {stage_index} of {num_stages} holds no parameter: give every stage a part "
             "of the model with weights (fewer stages, or another split)"
         )
-    _prune(model, used)
-    unused = [name for name, p in model.named_parameters() if id(p) not in used]
+    dropped = list(_unused_children(model, used, ""))
+    gone = tuple(f"{prefix}." for _, _, prefix in dropped)
+    unused = [
+        name
+        for name, p in model.named_parameters()
+        if id(p) not in used and not f"{name}.".startswith(gone)
+    ]
     if unused:
         raise ValueError(
             f"stage {stage_index} keeps modules holding parameters it does not use "
             f"({', '.join(unused[:5])}): split the model along module boundaries, so that each "
             "stage uses every parameter of the modules it holds"
         )
+    for parent, name, _ in dropped:
+        parent.register_module(name, None)
     model.forward = _StageForward(stage)  # type: ignore[method-assign]
     return model
 
 
-def _prune(module: torch.nn.Module, used: set[int]) -> None:
-    for name, child in list(module.named_children()):
+def _unused_children(
+    module: torch.nn.Module, used: set[int], prefix: str
+) -> Iterator[tuple[torch.nn.Module, str, str]]:
+    """``(parent, name, qualified name)`` of each outermost sub-module holding weights none of
+    which ``used`` has."""
+    for name, child in module.named_children():
+        qualified = f"{prefix}{name}"
         held = [id(t) for t in _tensors(child)]
         if not held:
             continue  # an activation or the like: nothing to keep or to drop
         if not any(key in used for key in held):
-            module.register_module(name, None)
+            yield module, name, qualified
         else:
-            _prune(child, used)
+            yield from _unused_children(child, used, f"{qualified}.")
 
 
 def even_layers(num_layers: int, stage_index: int, num_stages: int) -> range:
