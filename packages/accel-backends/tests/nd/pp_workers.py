@@ -16,8 +16,8 @@ Options: ``--steps N``; ``--accumulate K`` (gradient accumulation steps); ``--mi
 ``--save DIR`` (``save_state`` and ``save_model`` after training; rank 0 reads the saved model
 back); ``--load DIR`` (``load_state`` before training, which goes on from the step saved
 there); ``--checkpoint-every K`` with ``--die-after K`` (SIGKILL every process after that step)
-or ``--resume``; ``--refusals`` (report what ``accelerator.backward`` and a batch that does not
-split into the micro-batches raise).
+or ``--resume``; ``--mixed-precision bf16``; ``--refusals`` (report what
+``accelerator.backward`` and a batch that does not split into the micro-batches raise).
 """
 
 from __future__ import annotations
@@ -206,6 +206,7 @@ def main() -> None:
     parser.add_argument("--die-after", type=int, default=-1)
     parser.add_argument("--resume", action="store_true")
     parser.add_argument("--refusals", action="store_true")
+    parser.add_argument("--mixed-precision", default="no", choices=("no", "bf16"))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_default_dtype(torch.float64)
@@ -225,6 +226,7 @@ def main() -> None:
         fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2),
         project_config=project,
         gradient_accumulation_steps=args.accumulate,
+        mixed_precision=args.mixed_precision,
     )
     path = llama_path(args.out) if kind == "llama" else None
     data_parallel = sizes.get("dp_shard_size", 1)

@@ -75,7 +75,7 @@ class FSDP2Strategy(FSDPStrategy):
     ) -> torch.nn.Module:
         if self.pp_mesh is not None:
             refuse_unsupported_pipeline(self)
-            inner = self._pipeline_step().keep_stage(inner)
+            inner = self._pipeline_step().keep_stage(inner, self.precision.wrap_forward)
         if self.tp_mesh is not None:
             if self.plugin.cpu_ram_efficient_loading:
                 raise ValueError(

@@ -20,7 +20,7 @@ the first step), so a smaller last batch works, as long as it splits into the mi
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import torch
@@ -71,17 +71,26 @@ class PipelineStep:
         """Whether this process holds the last stage (it computes the loss)."""
         return self.stage_index == self.num_stages - 1
 
-    def keep_stage(self, model: torch.nn.Module) -> torch.nn.Module:
+    def keep_stage(
+        self, model: torch.nn.Module, wrap_forward: Callable[[torch.nn.Module], None]
+    ) -> torch.nn.Module:
         """Prune ``model`` in place to this process's stage (:func:`~accel_backends.fsdp.
-        pipelining.stages.keep_stage`); one model per pipeline."""
+        pipelining.stages.keep_stage`); one model per pipeline. A forward the precision had
+        wrapped in autocast (``_original_forward``, mixed precision) is wrapped again around
+        the stage's, with ``wrap_forward``."""
         if self.model is not None:
             raise ValueError(
                 "pipeline parallelism runs one model: prepare the model being trained once, "
                 "and evaluate other models outside the pipeline"
             )
         split_fn = self.handler.split_fn or split_causal_lm
-        self.model = keep_stage(model, split_fn, self.stage_index, self.num_stages)
-        return self.model
+        autocast = "_original_forward" in model.__dict__
+        stage = keep_stage(model, split_fn, self.stage_index, self.num_stages)
+        if autocast:
+            model.__dict__.pop("_original_forward")
+            wrap_forward(stage)
+        self.model = stage
+        return stage
 
     def run(
         self,
