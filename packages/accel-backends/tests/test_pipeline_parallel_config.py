@@ -95,6 +95,9 @@ def test_a_stage_keeps_its_modules_under_the_whole_models_names():
     ]
     assert model.layers[0] is None and model.act is not None  # no weights: left in place
     x = torch.randn(5, 3)
+    with pytest.raises(RuntimeError, match=r"holds stage 1 of 2 .* only through accelerator"):
+        model(x)  # outside a schedule: not the whole model's outputs
+    model.forward.running = True
     assert torch.equal(model(x), tail(x))  # the model's forward is the stage's
 
 

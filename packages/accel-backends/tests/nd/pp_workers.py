@@ -17,7 +17,8 @@ Options: ``--steps N``; ``--accumulate K`` (gradient accumulation steps); ``--mi
 back); ``--load DIR`` (``load_state`` before training, which goes on from the step saved
 there); ``--checkpoint-every K`` with ``--die-after K`` (SIGKILL every process after that step)
 or ``--resume``; ``--mixed-precision bf16``; ``--refusals`` (report what
-``accelerator.backward`` and a batch that does not split into the micro-batches raise).
+``accelerator.backward``, the model called outside the schedule and a batch that does not split
+into the micro-batches raise).
 """
 
 from __future__ import annotations
@@ -175,14 +176,18 @@ def reference(kind: str, path: Path | None, steps: int, accumulate: int) -> dict
 
 
 def refused_calls(accelerator: Accelerator, model: torch.nn.Module, kind: str) -> dict[str, str]:
-    """What ``accelerator.backward`` under pp, and a batch of 3 samples (4 micro-batches), say;
-    neither changes anything (no gradient appears)."""
+    """What ``accelerator.backward`` under pp, the model called on its own, and a batch of 3
+    samples (4 micro-batches) say; none changes anything (no gradient appears)."""
     found = {}
     try:
         accelerator.backward(torch.zeros((), requires_grad=True))
     except RuntimeError as error:
         found["backward"] = str(error)
     inputs, labels = dataset(kind)[:3]
+    try:
+        model(inputs)
+    except RuntimeError as error:
+        found["forward"] = str(error)
     try:
         accelerator.forward_backward(model, inputs_of(kind, inputs), loss_fn, labels)
     except ValueError as error:

@@ -63,6 +63,7 @@ def test_pp2_equals_one_process(tmp_path, schedule):
     assert "accelerator.forward_backward(model, inputs, loss_fn, target)" in refusals["backward"]
     assert "pp_size=2" in refusals["backward"]
     assert "3 samples" in refusals["uneven"] and "4 micro-batches" in refusals["uneven"]
+    assert "holds stage 0 of 2 of the model" in refusals["forward"]
 
 
 def test_pp2_with_gradient_accumulation_equals_one_process(tmp_path):

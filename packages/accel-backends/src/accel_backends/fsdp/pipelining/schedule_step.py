@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from accel_backends.fsdp.pipelining.stages import keep_stage, split_causal_lm
+from accel_backends.fsdp.pipelining.stages import StageForward, keep_stage, split_causal_lm
 from accel_core.strategies.step import LossFunction
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ class PipelineStep:
         self.num_stages = pp_mesh.size()
         self.microbatches = handler.microbatches or self.num_stages
         self.model: torch.nn.Module | None = None
+        self._forward: StageForward | None = None
         self._schedules: dict[tuple[tuple[int, ...], ...], PipelineScheduleSingle] = {}
         self._loss_fn: LossFunction | None = None
 
@@ -86,6 +87,7 @@ class PipelineStep:
         split_fn = self.handler.split_fn or split_causal_lm
         autocast = "_original_forward" in model.__dict__
         stage = keep_stage(model, split_fn, self.stage_index, self.num_stages)
+        self._forward = stage.forward  # type: ignore[assignment]
         if autocast:
             model.__dict__.pop("_original_forward")
             wrap_forward(stage)
@@ -133,6 +135,8 @@ class PipelineStep:
             return loss / scale
 
         self._loss_fn = micro_loss
+        assert self._forward is not None
+        self._forward.running = True
         args: tuple[object, ...] = ()
         kwargs: dict[str, object] = {}
         if self.is_first:
@@ -148,6 +152,7 @@ class PipelineStep:
             )
         finally:
             self._loss_fn = None
+            self._forward.running = False
         if self.is_last:
             # the micro-batches' losses are the last ones: on a new schedule's first step torch
             # also runs the loss once on the first micro-batch, to learn the shapes

@@ -24,14 +24,25 @@ def _tensors(module: torch.nn.Module) -> Iterator[torch.Tensor]:
     return chain(module.parameters(), module.buffers())
 
 
-class _StageForward:
+class StageForward:
     """``model.forward`` of a pruned model: calls the stage module (through ``__call__``, so the
-    hooks of its sub-modules, FSDP2's among them, run)."""
+    hooks of its sub-modules, FSDP2's among them, run), only while a schedule runs it
+    (``running``): called on its own, a stage would return its part of the computation (hidden
+    states on the first stage) where the whole model's outputs are expected."""
 
-    def __init__(self, stage: torch.nn.Module) -> None:
+    def __init__(self, stage: torch.nn.Module, stage_index: int, num_stages: int) -> None:
         self.stage = stage
+        self.where = f"stage {stage_index} of {num_stages}"
+        self.running = False
 
     def __call__(self, *args: object, **kwargs: object) -> object:
+        if not self.running:
+            raise RuntimeError(
+                f"this process holds {self.where} of the model (pipeline parallelism): the "
+                "model runs only through accelerator.forward_backward(model, inputs, loss_fn, "
+                "target). Evaluating or generating under pp_size > 1 is not built in accel: "
+                "load the checkpoint (save_state, or save_model's files) without pp_size"
+            )
         return self.stage(*args, **kwargs)
 
 
@@ -82,7 +93,7 @@ def keep_stage(
         )
     for parent, name, _ in dropped:
         parent.register_module(name, None)
-    model.forward = _StageForward(stage)  # type: ignore[method-assign]
+    model.forward = StageForward(stage, stage_index, num_stages)  # type: ignore[method-assign]
     return model
 
 
