@@ -244,7 +244,7 @@ def main() -> None:
         accelerator.load_state(None if args.resume else str(args.load))
         start = accelerator.step
     refusals = refused_calls(accelerator, model, kind) if args.refusals else {}
-    losses, norms = [], []
+    losses, norms, gathered = [], [], []
     batches = accelerator.skip_first_batches(loader, start) if start else loader
     for index, (inputs, labels) in enumerate(batches, start=start):
         if index >= args.steps * args.accumulate:
@@ -252,6 +252,8 @@ def main() -> None:
         with accelerator.accumulate(model):
             loss = accelerator.forward_backward(model, inputs_of(kind, inputs), loss_fn, labels)
             losses.append(float(accelerator.reduce(loss.detach(), "mean")))
+            if index == start:  # each data-parallel process's loss, on every stage
+                gathered = accelerator.gather_for_metrics(loss.detach().reshape(1)).tolist()
             if accelerator.sync_gradients:
                 norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
             optimizer.step()
@@ -274,6 +276,7 @@ def main() -> None:
         if accelerator.torch_device_mesh is not None
         else [],
         # the parameters this process's stage holds; ``state`` is the whole model's, gathered
+        "gathered_first_losses": gathered,
         "keys": sorted(name for name, _ in accelerator.unwrap_model(model).named_parameters()),
         "state_keys": sorted(state),
         "weight_differences": {

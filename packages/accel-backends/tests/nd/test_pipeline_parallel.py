@@ -85,6 +85,13 @@ def test_pp2_under_bf16_autocast_stays_close_to_one_process_in_float64(tmp_path)
 def test_pp2_by_dp_shard2_equals_one_process(tmp_path):
     result = _run(4, tmp_path, "pp2xshard2", "stack", "1F1B", "--microbatches", "2")
     _assert_matches_one_process(result, stages=2)
+    # gather_for_metrics: the loss of each data-parallel process, the same on both stages, whose
+    # mean is the global batch's
+    gathered = [p["gathered_first_losses"] for p in result["processes"]]
+    assert all(len(losses) == 2 for losses in gathered)
+    assert all(losses == gathered[0] for losses in gathered)
+    mean = sum(gathered[0]) / 2
+    assert mean == pytest.approx(result["reference_losses"][0], rel=TOLERANCE)
 
 
 def test_transformers_llama_split_by_its_layers_equals_one_process(tmp_path):
