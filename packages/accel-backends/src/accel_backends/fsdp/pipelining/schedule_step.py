@@ -103,8 +103,8 @@ class PipelineStep:
         accumulation_steps: int,
     ) -> torch.Tensor:
         """One batch through the schedule; returns the batch's loss (detached, float64) on every
-        stage. Raises ``ValueError`` for another model than the prepared one, a batch that does
-        not split into the micro-batches, or no ``target`` where ``loss_fn`` needs one."""
+        stage. Raises ``ValueError``, before anything runs, for another model than the prepared
+        one, inputs without a tensor, or a batch that does not split into the micro-batches."""
         import torch.distributed as dist
 
         if model is not self.model:
