@@ -99,13 +99,10 @@ class _Config:
 
 @pytest.fixture
 def third_party_engines(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both engines installed, as an entry point of the ``accel.strategies`` group names them."""
-    found = dict(registry._entry_points())
-    for name in ("pp_engine", "ep_engine"):
-        found[name] = importlib.metadata.EntryPoint(
-            name=name, value=f"{__name__}:{name.upper()}", group=ENTRY_POINT_GROUP
-        )
-    monkeypatch.setattr(registry, "_entry_points", lambda: found)
+    """Both engines installed, as an entry point of the ``accel.strategies`` group names them,
+    beside accel-core's own (not accel-backends', whose fsdp engine declares a ``pp`` of its
+    own: here the dimensions are only the stand-ins')."""
+    _only_built_in_engines(monkeypatch, pp_engine="PP_ENGINE", ep_engine="EP_ENGINE")
 
 
 def test_the_known_dimensions_are_accelerates_then_those_engines_declare(third_party_engines):
@@ -186,7 +183,8 @@ def test_a_dimension_whose_strategy_builds_the_mesh_is_refused_when_the_strategy
     refuse_unsupported(config, create_strategy("ddp"))  # check_strategy's, not prepare's
 
 
-def test_without_its_engine_a_new_dimension_is_not_known():
+def test_without_its_engine_a_new_dimension_is_not_known(monkeypatch):
+    _only_built_in_engines(monkeypatch)
     assert "pp" not in dimension_sizes(_Config(pp_size=2))
     check_sizes(_Config(pp_size=2), 1)  # a field nothing declares is not a dimension here
 

@@ -15,27 +15,28 @@ from accel_launch.launch import engines, options
 from accel_launch.launch.parallelism import prepare_extend_env_parallelism_config
 from accel_launch.launch.resolve import resolve
 
-PP = MeshDimension(
-    name="pp",
-    config_key="pp_size",
-    order=-1,
+# a dimension no installed engine declares (the fsdp engine declares ``pp`` itself)
+VPP = MeshDimension(
+    name="vpp",
+    config_key="vpp_size",
+    order=5,
     shards_data=False,
-    title="Pipeline parallelism",
-    description="pipeline stages (the model split by layers)",
-    launch_option="parallelism_config_pp_size",
+    title="Virtual pipeline parallelism",
+    description="virtual stages per process (the model split by layers)",
+    launch_option="parallelism_config_vpp_size",
 )
 PIPELINES = EngineDescription(
     name="pipelines",
     title="Pipelines",
     strategy="pipelines.strategy:PipelineStrategy",
     install="pipelines",
-    dimensions=(DP_REPLICATE, PP),
+    dimensions=(DP_REPLICATE, VPP),
 )
 
 
 @pytest.fixture
 def with_pipelines(monkeypatch: pytest.MonkeyPatch):
-    """The launcher with an engine installed that declares ``pp``."""
+    """The launcher with an engine installed that declares ``vpp``."""
     cached = (options.launch_options, schema.sections, schema.top_keys)
     installed = {**engines.installed(), PIPELINES.name: PIPELINES}
     monkeypatch.setattr(engines, "installed", lambda: installed)
@@ -52,34 +53,38 @@ def _flags(*args: str) -> argparse.Namespace:
     return parser.parse_args(list(args))
 
 
-def test_the_sizes_are_accelerates_dimensions_in_their_order():
+def test_the_sizes_are_accelerates_dimensions_in_their_order_then_the_engines():
     sizes = [key for key in schema.parallelism_keys() if key.endswith("_size")]
-    assert sizes == [
+    assert sizes[:5] == [
         "parallelism_config_dp_replicate_size",
         "parallelism_config_dp_shard_size",
         "parallelism_config_tp_size",
         "parallelism_config_cp_size",
         "parallelism_config_sp_size",
     ]
+    # declared by the fsdp engine (accel-backends)
+    assert "parallelism_config_pp_size" in sizes[5:]
 
 
 def test_a_declared_dimension_gets_its_flag_key_and_variable(with_pipelines):
-    option = next(o for o in options.launch_options() if o.name == "parallelism_config_pp_size")
+    option = next(o for o in options.launch_options() if o.name == "parallelism_config_vpp_size")
     assert option.group == "parallelism" and option.default == 1 and option.minimum == 1
     assert (
-        option.help
-        == "Pipeline stages (the model split by layers). Implies --use_parallelism_config."
+        option.help == "Virtual stages per process (the model split by layers). Implies "
+        "--use_parallelism_config."
     )
-    assert option.config_key == ("parallelism_config", "parallelism_config_pp_size")
+    assert option.config_key == ("parallelism_config", "parallelism_config_vpp_size")
     # after Accelerate's dimensions and their settings
-    assert list(schema.sections()["parallelism_config"])[-1] == "parallelism_config_pp_size"
-    checked = schema.validate({"parallelism_config": {"parallelism_config_pp_size": "4"}})
-    assert checked["parallelism_config"] == {"parallelism_config_pp_size": 4}
+    assert list(schema.sections()["parallelism_config"])[-1] == "parallelism_config_vpp_size"
+    checked = schema.validate({"parallelism_config": {"parallelism_config_vpp_size": "4"}})
+    assert checked["parallelism_config"] == {"parallelism_config_vpp_size": 4}
 
-    plan = resolve(_flags("--cpu", "--parallelism_config_pp_size", "2"), {}, {})
-    assert plan.values["use_parallelism_config"].source == "implied by --parallelism_config_pp_size"
-    env = prepare_extend_env_parallelism_config(
-        argparse.Namespace(parallelism_config_pp_size=2), {}
+    plan = resolve(_flags("--cpu", "--parallelism_config_vpp_size", "2"), {}, {})
+    assert (
+        plan.values["use_parallelism_config"].source == "implied by --parallelism_config_vpp_size"
     )
-    assert env["PARALLELISM_CONFIG_PP_SIZE"] == "2"
+    env = prepare_extend_env_parallelism_config(
+        argparse.Namespace(parallelism_config_vpp_size=2), {}
+    )
+    assert env["PARALLELISM_CONFIG_VPP_SIZE"] == "2"
     assert env["PARALLELISM_CONFIG_TP_SIZE"] == "1"

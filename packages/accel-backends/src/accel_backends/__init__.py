@@ -60,6 +60,7 @@ _EXPORTS = {
     "ParallelismConfig": "parallelism_config",
     "TorchTensorParallelPlugin": "tensor_parallel_config",
     "TorchTensorParallelConfig": "tensor_parallel_config",
+    "PipelineParallelConfig": "pipeline_config",
     "TorchContextParallelConfig": "out_of_scope",
     "DeepSpeedSequenceParallelConfig": "out_of_scope",
     "MegatronLMPlugin": "out_of_scope",

@@ -2,7 +2,8 @@
 
 Accelerate 1.15's fields, defaults (``PARALLELISM_CONFIG_*`` variables) and properties. accel
 trains over ``dp_replicate`` (copies), ``dp_shard`` (FSDP sharding; both > 1 is HSDP) and ``tp``
-(tensor parallelism, under the ``fsdp`` strategy: :mod:`accel_backends.fsdp.tensor_parallel`).
+(tensor parallelism, under the ``fsdp`` strategy: :mod:`accel_backends.fsdp.tensor_parallel`) and
+``pp`` (pipeline stages, accel's own field: :mod:`accel_backends.fsdp.pipelining`).
 :meth:`ParallelismConfig.build_device_mesh` builds the mesh with
 ``torch.distributed.device_mesh.init_device_mesh`` on the current process group (any backend,
 gloo included), context and sequence dimensions too (``cp_size``, ``sp_size`` > 1), as
@@ -19,19 +20,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from accel_backends.fsdp.description import PP
 from accel_backends.out_of_scope import (
     DeepSpeedSequenceParallelConfig,
     OutOfScopeParallelism,
     TorchContextParallelConfig,
 )
+from accel_backends.pipeline_config import PipelineParallelConfig
 from accel_backends.tensor_parallel_config import TorchTensorParallelConfig
 from accel_base.mesh_dimension import ACCELERATE_DIMENSIONS, mesh_order
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-#: The order of mesh dimensions, outermost first (Accelerate's), from their records' ``order``.
-MESH_ORDER = mesh_order(ACCELERATE_DIMENSIONS)
+#: The order of mesh dimensions, outermost first (Accelerate's, with ``pp`` outside them all),
+#: from their records' ``order``.
+MESH_ORDER = mesh_order((*ACCELERATE_DIMENSIONS, PP))
+_NAMES = ("pp", "dp_replicate", "dp_shard", "tp", "cp", "sp")
 
 
 def _size_from_env(name: str) -> int:
@@ -55,6 +60,12 @@ class ParallelismConfig:
             ``prepare`` refuses to train on them).
         cp_backend: ``torch``; sp_backend: ``deepspeed``.
         tp_handler, cp_handler, sp_handler: their options (built when the size is > 1).
+        pp_size: pipeline stages the model is split into (accel's; transformers'
+            ``DistributedConfig`` name; default 1, or ``PARALLELISM_CONFIG_PP_SIZE``). Multiplies
+            the number of processes; the stages are the outermost dimension of the mesh.
+        pp_handler: how the model is split and which schedule runs
+            (:class:`~accel_backends.pipeline_config.PipelineParallelConfig`; built when
+            ``pp_size > 1``).
 
     Raises ``ValueError`` for a size below 1, an unknown backend, or an invalid combination.
     """
@@ -69,18 +80,20 @@ class ParallelismConfig:
     tp_handler: TorchTensorParallelConfig | None = None
     cp_handler: TorchContextParallelConfig | None = None
     sp_handler: DeepSpeedSequenceParallelConfig | None = None
+    pp_size: int | None = None
+    pp_handler: PipelineParallelConfig | None = None
 
     def __post_init__(self) -> None:
         #: The mesh :meth:`get_device_mesh` built (not a field: not compared, not repr'd).
         self.device_mesh: DeviceMesh | None = None
-        for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp"):
+        for name in _NAMES:
             if getattr(self, f"{name}_size") is None:
                 setattr(self, f"{name}_size", _size_from_env(f"{name.upper()}_SIZE"))
         if self.cp_backend is None:
             self.cp_backend = os.environ.get("PARALLELISM_CONFIG_CP_BACKEND", "torch")  # type: ignore[assignment]
         if self.sp_backend is None:
             self.sp_backend = os.environ.get("PARALLELISM_CONFIG_SP_BACKEND", "deepspeed")  # type: ignore[assignment]
-        for name in ("dp_replicate", "dp_shard", "tp", "cp", "sp"):
+        for name in _NAMES:
             size = getattr(self, f"{name}_size")
             if size < 1:
                 raise ValueError(f"{name}_size must be at least 1, but got {size}")
@@ -90,6 +103,13 @@ class ParallelismConfig:
             raise ValueError(f"sp_backend must be one of ['deepspeed'], but got {self.sp_backend}")
         if self.tp_size > 1 and self.tp_handler is None:
             self.tp_handler = TorchTensorParallelConfig()
+        if self.pp_size > 1 and self.pp_handler is None:
+            self.pp_handler = PipelineParallelConfig()
+        if self.pp_handler is not None and not isinstance(self.pp_handler, PipelineParallelConfig):
+            raise TypeError(
+                "pp_handler must be a PipelineParallelConfig(split_fn=..., schedule=..., "
+                f"microbatches=...), got {type(self.pp_handler).__name__}"
+            )
         if self.cp_size > 1:
             if self.cp_handler is None:
                 self.cp_handler = TorchContextParallelConfig()
@@ -117,6 +137,7 @@ class ParallelismConfig:
     @property
     def _sizes(self) -> dict[str, int]:
         return {
+            "pp": self.pp_size,
             "dp_replicate": self.dp_replicate_size,
             "dp_shard": self.dp_shard_size,
             "tp": self.tp_size,
@@ -127,7 +148,7 @@ class ParallelismConfig:
     @property
     def total_size(self) -> int:
         """The product of every size: the number of processes the config needs."""
-        return self.data_parallel_size * self.non_data_parallel_size
+        return self.pp_size * self.data_parallel_size * self.non_data_parallel_size
 
     @property
     def data_parallel_size(self) -> int:
@@ -165,6 +186,11 @@ class ParallelismConfig:
         return self.sp_size > 1
 
     @property
+    def pp_enabled(self) -> bool:
+        """Whether ``pp_size > 1``."""
+        return self.pp_size > 1
+
+    @property
     def dp_dim_names(self) -> list[str]:
         """The enabled data-parallel dimensions (``dp_replicate``, ``dp_shard``)."""
         return [n for n in ("dp_replicate", "dp_shard") if self._sizes[n] > 1]
@@ -200,14 +226,17 @@ class ParallelismConfig:
         for name, value in vars(self).items():
             if name == "device_mesh":
                 continue
-            handler = isinstance(value, (OutOfScopeParallelism, TorchTensorParallelConfig))
+            handler = isinstance(
+                value, (OutOfScopeParallelism, TorchTensorParallelConfig, PipelineParallelConfig)
+            )
             result[name] = _handler_json(value) if handler else value
         return result
 
     def build_device_mesh(self, device_type: str, *, keep: Iterable[str] = ()) -> DeviceMesh | None:
         """The device mesh of the enabled dimensions over the current process group.
 
-        Dimensions are ordered ``dp_replicate, dp_shard, cp, sp, tp`` (Accelerate's order: ``tp``
+        Dimensions are ordered ``pp, dp_replicate, dp_shard, cp, sp, tp`` (Accelerate's order with
+        the pipeline stages outermost: ``tp``
         innermost, so a tensor-parallel group is neighbouring ranks) and flattened views are
         added: ``dp`` (every data-parallel dimension), ``dp_shard_cp`` and ``dp_cp``. ``None``
         when every size is 1. Needs an initialised process group of ``total_size`` processes.

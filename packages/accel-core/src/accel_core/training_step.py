@@ -1,4 +1,5 @@
-"""The training-step part of ``Accelerator``'s API: ``backward``, ``accumulate``, clipping.
+"""The training-step part of ``Accelerator``'s API: ``backward``, ``forward_backward``,
+``accumulate``, clipping.
 
 ``TrainingStepMixin`` reads the strategy (backward, clipping, no-sync), the precision (scaling,
 autocast), the process-wide ``GradientState`` and the Accelerator's
@@ -17,7 +18,7 @@ import torch
 
 from accel_core import settings
 from accel_core.optimizer import lomo_backward, unwrap_optimizer
-from accel_core.strategies.step import loss_to_backward
+from accel_core.strategies.step import LossFunction, loss_to_backward
 from accel_ops import inflight
 
 if TYPE_CHECKING:
@@ -91,6 +92,33 @@ class TrainingStepMixin:
         # The strategy scales the loss (through its precision; an engine scales it itself).
         with inflight.waiting_in("backward", loss):
             self.strategy.backward(loss, **kwargs)
+        self._after_backward()
+
+    def forward_backward(
+        self,
+        model: torch.nn.Module,
+        inputs: object,
+        loss_fn: LossFunction,
+        target: object = None,
+    ) -> torch.Tensor:
+        """Forward, loss and backward of one batch in one call; returns the batch's loss
+        (detached, not divided by the accumulation steps), for logging.
+
+        ``model`` runs on ``inputs`` (a mapping as keyword arguments, a tuple as positional
+        arguments, anything else as the one argument), then ``loss_fn(outputs, target)``. Under
+        every strategy but a pipelining one this is ``loss = loss_fn(model(inputs), target)``
+        followed by ``accelerator.backward(loss)``, with the same arithmetic (accumulation,
+        precision scaling, the preemption vote); under pipeline parallelism (``pp_size > 1``)
+        the strategy runs its schedule instead, micro-batches of ``inputs`` and ``target``
+        through the stages, and every stage gets the batch's loss. A training loop written with
+        it runs under every strategy; ``accelerator.backward`` cannot run under ``pp``.
+        """
+        with inflight.waiting_in("backward"):
+            loss = self.strategy.forward_backward(model, inputs, loss_fn, target)
+        self._after_backward()
+        return loss
+
+    def _after_backward(self) -> None:
         if self._preemption is not None:
             self._preemption.after_backward()  # the ranks vote on stopping (accel_core.preemption)
 

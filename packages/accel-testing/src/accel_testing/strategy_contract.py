@@ -280,11 +280,12 @@ def _gradients(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def check_forward_backward(make_strategy: StrategyFactory, workdir: Path) -> None:
-    """``strategy.forward_backward(model, inputs, loss_fn, target)`` equals forward, loss and
-    ``accelerator.backward`` bit for bit: the same loss and the same gradients, in full precision,
-    under bf16 autocast, with two accumulation steps (the loss divided by them) and, on a CUDA
-    device, under fp16 (the loss scaled by the gradient scaler). Not in :data:`CHECKS` yet: the
-    one-call step is a hook no Accelerator API calls."""
+    """``accelerator.forward_backward(model, inputs, loss_fn, target)`` equals forward, loss and
+    ``accelerator.backward`` bit for bit: the same losses and the same gradients over two batches
+    inside ``accumulate``, in full precision, under bf16 autocast, with two accumulation steps
+    (each loss divided by them, the gradients of both batches summed) and, on a CUDA device,
+    under fp16 (the loss scaled by the gradient scaler). Not in :data:`CHECKS`: a pipelining
+    strategy runs only the one call."""
     cases: list[dict[str, int | str]] = [
         {},
         {"mixed_precision": "bf16"},
@@ -298,19 +299,22 @@ def check_forward_backward(make_strategy: StrategyFactory, workdir: Path) -> Non
             with _fresh(make_strategy, **options) as accelerator:
                 model, optimizer, _, loader = _objects()
                 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
-                inputs, targets = next(iter(loader))
-                if one_call:
-                    loss = accelerator.strategy.forward_backward(
-                        model, inputs, torch.nn.functional.mse_loss, targets
-                    )
-                else:
-                    loss = _loss(model, (inputs, targets))
-                    accelerator.backward(loss)
-                results.append((loss.detach().cpu(), _gradients(model)))
+                losses = []
+                for _, (inputs, targets) in zip(range(2), loader, strict=False):
+                    with accelerator.accumulate(model):
+                        if one_call:
+                            loss = accelerator.forward_backward(
+                                model, inputs, torch.nn.functional.mse_loss, targets
+                            )
+                        else:
+                            loss = _loss(model, (inputs, targets))
+                            accelerator.backward(loss)
+                        losses.append(loss.detach().cpu())
+                results.append((torch.stack(losses), _gradients(model)))
         (loss_apart, grads_apart), (loss_one_call, grads_one_call) = results
         assert grads_apart, f"{options}: no gradients"
         assert torch.equal(loss_apart, loss_one_call), (
-            f"{options}: loss {loss_one_call} differs from {loss_apart}"
+            f"{options}: losses {loss_one_call} differ from {loss_apart}"
         )
         assert _same(grads_apart, grads_one_call), f"{options}: gradients differ"
 

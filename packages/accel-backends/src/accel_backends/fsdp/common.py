@@ -96,6 +96,8 @@ class FSDPStrategy(Strategy):
         self.mesh: DeviceMesh | None = None
         #: The ``tp`` dimension of the configuration's mesh (None without tensor parallelism).
         self.tp_mesh: DeviceMesh | None = None
+        #: The ``pp`` dimension of the configuration's mesh (None without pipeline stages).
+        self.pp_mesh: DeviceMesh | None = None
         self._parallelism_config: object | None = None
         self._config_mesh: DeviceMesh | None = None
         self._environment_ready = False
@@ -169,6 +171,12 @@ class FSDPStrategy(Strategy):
         meshes = fsdp_meshes(config, self.device.type, state.num_processes)
         self.mesh = self._shard_mesh(meshes, state.num_processes)
         self.tp_mesh = meshes.tp
+        self.pp_mesh = meshes.pp
+        if meshes.pp is not None and self.fsdp1:
+            raise ValueError(
+                f"pipeline parallelism (pp_size={meshes.pp.size()}) runs with FSDP2 only: pass "
+                "FullyShardedDataParallelPlugin(fsdp_version=2), or set pp_size=1"
+            )
         self._config_mesh = meshes.config
         self._parallelism_config = config
         if meshes.config is not None:
@@ -179,8 +187,8 @@ class FSDPStrategy(Strategy):
     def distributed_sampler_kwargs(self) -> dict[str, int]:
         """One shard per data-parallel rank: with tensor parallelism the ranks of one ``tp``
         group read the same batches (a rank's shard is its place in the mesh's ``dp``
-        dimension; one shard when there is none)."""
-        if self.tp_mesh is None:
+        dimension; one shard when there is none). So do the stages of one pipeline."""
+        if self.tp_mesh is None and self.pp_mesh is None:
             return super().distributed_sampler_kwargs
         data_parallel = self._data_parallel_mesh()
         if data_parallel is None:
@@ -189,8 +197,9 @@ class FSDPStrategy(Strategy):
 
     @property
     def data_parallel_group(self) -> torch.distributed.ProcessGroup | None:
-        """With tensor parallelism, the group of the mesh's ``dp`` dimension."""
-        data_parallel = self._data_parallel_mesh() if self.tp_mesh is not None else None
+        """With tensor or pipeline parallelism, the group of the mesh's ``dp`` dimension."""
+        split = self.tp_mesh is not None or self.pp_mesh is not None
+        data_parallel = self._data_parallel_mesh() if split else None
         return None if data_parallel is None else data_parallel.get_group()
 
     def _data_parallel_mesh(self) -> DeviceMesh | None:

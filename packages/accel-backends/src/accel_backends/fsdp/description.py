@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from accel_base.config_question import ConfigQuestion
 from accel_base.engine_description import EngineDescription, LaunchOption
-from accel_base.mesh_dimension import DP_REPLICATE, DP_SHARD, TP
+from accel_base.mesh_dimension import DP_REPLICATE, DP_SHARD, TP, MeshDimension
 from accel_ops.constants import (  # Accelerate's lists (torch-free module), defined once there
     FSDP_AUTO_WRAP_POLICY,
     FSDP_BACKWARD_PREFETCH,
@@ -181,6 +181,24 @@ _TP = replace(
     ),
 )
 
+#: Pipeline stages: declared by this engine alone (Accelerate's ParallelismConfig has no such
+#: size; transformers' ``DistributedConfig(pp_size=...)`` names it so). Outermost (``order``
+#: below 0): each stage's processes are a whole data-parallel mesh of their own.
+PP = MeshDimension(
+    name="pp",
+    config_key="pp_size",
+    order=-1,
+    shards_data=False,
+    title="Pipeline parallelism",
+    description="pipeline stages the model is split into",
+    why_not=(
+        "pipeline parallelism runs under the fsdp strategy of accel-backends (it is chosen when "
+        "no strategy is named, or pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))"
+    ),
+    launch_option="parallelism_config_pp_size",
+    strategy_builds_mesh=True,
+)
+
 DESCRIPTION = EngineDescription(
     name="fsdp",
     title="FSDP",
@@ -193,7 +211,7 @@ DESCRIPTION = EngineDescription(
     config_section="fsdp_config",
     plugin_keywords=("fsdp_plugin",),
     plugin_class="accel_backends.fsdp.plugin:FullyShardedDataParallelPlugin",
-    dimensions=(DP_REPLICATE, _DP_SHARD, _TP),
+    dimensions=(PP, DP_REPLICATE, _DP_SHARD, _TP),
     shards_by_default=True,
     wrapper_classes=("FullyShardedDataParallel",),
     parallelism_config_class="accel_backends.parallelism_config:ParallelismConfig",

@@ -1,6 +1,7 @@
 """FSDP2 (:class:`FSDP2Strategy`): ``fully_shard`` in place on the units the plugin's policy
 picks, after a tensor-parallel split over the mesh's ``tp`` dimension when the configuration has
-one (:mod:`accel_backends.fsdp.tensor_parallel`)."""
+one (:mod:`accel_backends.fsdp.tensor_parallel`), or after the model is cut to this process's
+pipeline stage when it has a ``pp`` dimension (:mod:`accel_backends.fsdp.pipelining`)."""
 
 from __future__ import annotations
 
@@ -12,19 +13,29 @@ import torch
 
 from accel_backends.fsdp.accumulation import FSDP2Accumulation, gradient_sync_off
 from accel_backends.fsdp.common import FSDPStrategy
+from accel_backends.fsdp.pipelining.checkpoint_io import PipelineCheckpointIO
+from accel_backends.fsdp.pipelining.clipping import clip_grad_norm_over_stages
+from accel_backends.fsdp.pipelining.refusals import refuse_unsupported_pipeline
+from accel_backends.fsdp.pipelining.schedule_step import PipelineStep
 from accel_backends.fsdp.sharding import (
     match_renamed_parameters,
     shard_model,
     upcast_trainable_to_fp32,
 )
 from accel_backends.fsdp.tensor_parallel import ParallelizeFn, split_model
+from accel_backends.pipeline_config import PipelineParallelConfig
 from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
     from torch.distributed.device_mesh import DeviceMesh
 
     from accel_backends.fsdp.plugin import FullyShardedDataParallelPlugin
     from accel_core.kwargs_handlers import KwargsHandler
+    from accel_core.strategies.parameters import ParameterMap
+    from accel_core.strategies.step import LossFunction
 
 
 class FSDP2Strategy(FSDPStrategy):
@@ -41,6 +52,12 @@ class FSDP2Strategy(FSDPStrategy):
     ) -> None:
         super().__init__(kwargs_handlers, plugin, **options)
         self.accumulation = FSDP2Accumulation(self)
+        self.checkpoint_io = PipelineCheckpointIO(self)
+        #: Set while a checkpoint whose optimizer state was written flattened (by pipeline
+        #: stages) loads, so that it is read so here too.
+        self._flat_optimizer_checkpoint = False
+        #: This process's pipeline stage and its schedule (None without a ``pp`` dimension).
+        self.pipeline: PipelineStep | None = None
 
     def _is_set_up(self, module: torch.nn.Module) -> bool:
         from torch.distributed.fsdp import FSDPModule
@@ -56,6 +73,9 @@ class FSDP2Strategy(FSDPStrategy):
         *,
         upcast_to_fp32: bool,
     ) -> torch.nn.Module:
+        if self.pp_mesh is not None:
+            refuse_unsupported_pipeline(self)
+            inner = self._pipeline_step().keep_stage(inner, self.precision.wrap_forward)
         if self.tp_mesh is not None:
             if self.plugin.cpu_ram_efficient_loading:
                 raise ValueError(
@@ -81,6 +101,94 @@ class FSDP2Strategy(FSDPStrategy):
         self._replaced.update(match_renamed_parameters(before, inner))
         self._models.add(model)
         return model
+
+    def _pipeline_step(self) -> PipelineStep:
+        if self.pipeline is None:
+            assert self.pp_mesh is not None
+            handler = getattr(self._parallelism_config, "pp_handler", None)
+            self.pipeline = PipelineStep(
+                self.pp_mesh, handler or PipelineParallelConfig(), self.device
+            )
+        return self.pipeline
+
+    def setup_optimizer(
+        self,
+        optimizer: torch.optim.Optimizer,
+        parameter_map: ParameterMap,
+        *,
+        device_placement: bool,
+    ) -> torch.optim.Optimizer:
+        """As FSDP's; under pipeline parallelism the optimizer keeps only this stage's
+        parameters (it was built on the whole model's)."""
+        if self.pipeline is not None and self.pipeline.model is not None:
+            kept = {id(p) for p in self.pipeline.model.parameters()}
+            replaced = {**parameter_map, **self._replaced}
+            kept |= {key for key, (_, new) in replaced.items() if id(new()) in kept}
+            for group in optimizer.param_groups:
+                group["params"] = [p for p in group["params"] if id(p) in kept]
+        return super().setup_optimizer(optimizer, parameter_map, device_placement=device_placement)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """Refused under pipeline parallelism: no process holds the whole model's forward."""
+        if self.pp_mesh is not None:
+            raise RuntimeError(
+                "accelerator.backward can't run under pipeline parallelism (pp_size="
+                f"{self.pp_mesh.size()}): each process holds one stage, and the schedule runs "
+                "forward and backward together. Replace `loss = loss_fn(model(inputs), target); "
+                "accelerator.backward(loss)` by `loss = accelerator.forward_backward(model, "
+                "inputs, loss_fn, target)`, which runs under every strategy"
+            )
+        super().backward(loss, **kwargs)
+
+    def forward_backward(
+        self,
+        model: torch.nn.Module,
+        inputs: object,
+        loss_fn: LossFunction,
+        target: object = None,
+    ) -> torch.Tensor:
+        """Under pipeline parallelism, the schedule (:mod:`accel_backends.fsdp.pipelining.
+        schedule_step`); otherwise forward + backward."""
+        if self.pp_mesh is None:
+            return super().forward_backward(model, inputs, loss_fn, target)
+        from accel_core.gradient_state import GradientState
+
+        pipeline = self._pipeline_step()
+        inner = extract_model_from_parallel(model)
+        return pipeline.run(inner, inputs, loss_fn, target, GradientState().num_steps)
+
+    def clip_gradients_norm(
+        self,
+        module: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+        max_norm: float,
+        norm_type: float = 2.0,
+        *,
+        parameters: Iterable[torch.nn.Parameter] | None = None,
+    ) -> torch.Tensor:
+        """As FSDP's; under pipeline parallelism the norm is the whole model's, over every
+        stage (:mod:`accel_backends.fsdp.pipelining.clipping`)."""
+        if self.pp_mesh is None:
+            return super().clip_gradients_norm(
+                module, optimizer, max_norm, norm_type, parameters=parameters
+            )
+        if parameters is None:
+            if module is None:
+                raise ValueError("clip_gradients_norm needs a module or parameters")
+            parameters = module.parameters()
+        return clip_grad_norm_over_stages(
+            parameters, max_norm, norm_type, self.pp_mesh.get_group(), self.device
+        )
+
+    def _options(
+        self, *, full: bool, cpu_offload: bool = False, strict: bool = True
+    ) -> StateDictOptions:
+        """FSDP's; under pipeline parallelism the optimizer's state is flattened (keyed by
+        parameter name, group settings included: the stages' groups differ)."""
+        options = super()._options(full=full, cpu_offload=cpu_offload, strict=strict)
+        if self.pp_mesh is not None or self._flat_optimizer_checkpoint:
+            options.flatten_optimizer_state_dict = True
+        return options
 
     def _parallelize_fn(self) -> ParallelizeFn | None:
         """The configuration's ``tp_handler.parallelize_fn`` (read at ``prepare``, so one set on

@@ -15,6 +15,10 @@ with no data-parallel dimension left (``tp_size`` = the number of processes) not
 dimension of size 1: HSDP over groups of one, so each copy holds the whole (tensor-parallel)
 model and gradients are averaged across copies.
 
+With ``pp_size > 1`` the mesh has a ``pp`` dimension too (outermost): each process holds one
+pipeline stage (:mod:`accel_backends.fsdp.pipelining`), sharded over the data-parallel
+dimensions of its stage (a ``dp_shard`` dimension of size 1 is kept when there is no other).
+
 A configuration that leaves nothing to shard or split across (``dp_shard_size`` and ``tp_size``
 1) on several processes is Accelerate's ``ValueError``.
 """
@@ -33,11 +37,13 @@ if TYPE_CHECKING:
 
 class FSDPMeshes(NamedTuple):
     """The mesh ``fully_shard`` gets (None: nothing to shard over, tensor parallelism alone), the
-    configuration's whole mesh (None without one) and its ``tp`` dimension (None without one)."""
+    configuration's whole mesh (None without one), its ``tp`` dimension and its ``pp`` dimension
+    (None without them)."""
 
     shard: DeviceMesh | None
     config: DeviceMesh | None
     tp: DeviceMesh | None = None
+    pp: DeviceMesh | None = None
 
 
 def _size(config: ParallelismConfigLike, name: str) -> int:
@@ -59,9 +65,10 @@ def fsdp_meshes(
     replicas = 1 if config is None else _size(config, "dp_replicate_size")
     shards = 1 if config is None else _size(config, "dp_shard_size")
     tensor = 1 if config is None else _size(config, "tp_size")
-    if config is None or (replicas * shards * tensor == 1 and num_processes == 1):
+    stages = 1 if config is None else _size(config, "pp_size")
+    if config is None or (replicas * shards * tensor * stages == 1 and num_processes == 1):
         return FSDPMeshes(init_device_mesh(device_type, (num_processes,)), None)
-    if shards == 1 and tensor == 1:
+    if shards == 1 and tensor == 1 and stages == 1:
         raise ValueError(
             "FSDP is enabled but the parallelism config has no dimension for FSDP to shard "
             f"across: ParallelismConfig(dp_replicate_size={replicas}, dp_shard_size={shards}) "
@@ -78,9 +85,12 @@ def fsdp_meshes(
             tp_size=tensor,
             cp_size=_size(config, "cp_size"),
             sp_size=_size(config, "sp_size"),
+            pp_size=stages,
         )
-    # copies of a tensor-parallel model: HSDP over groups of one keeps them whole
-    keep = ("dp_shard",) if tensor > 1 and replicas > 1 and shards == 1 else ()
+    # copies of a tensor-parallel model, or pipeline stages: HSDP or FSDP over groups of one
+    # keeps them whole
+    tp_copies = tensor > 1 and replicas > 1
+    keep = ("dp_shard",) if (tp_copies or stages > 1) and shards == 1 else ()
     mesh = parallel.device_mesh
     if mesh is None:
         mesh = parallel.build_device_mesh(device_type, keep=keep)
@@ -94,4 +104,5 @@ def fsdp_meshes(
         *(["dp_shard_cp"] if "dp_shard" in names or "cp" in names else []),
     ]
     shard = mesh[tuple(dims)] if dims else None
-    return FSDPMeshes(shard, mesh, mesh["tp"] if tensor > 1 else None)
+    pipeline = mesh["pp"] if stages > 1 else None
+    return FSDPMeshes(shard, mesh, mesh["tp"] if tensor > 1 else None, pipeline)

@@ -47,7 +47,8 @@ Call order, on every process, for one ``Accelerator``:
    unless ``accumulation.owned_by_engine``, and NOT scaled: the default backward scales it through
    ``precision``. ``forward_backward(model, inputs, loss_fn, target)`` is the same step as one call
    (forward, loss, then ``backward`` as above) and the one call a pipelining engine replaces with
-   its schedule (micro-batches through the stages); nothing calls it yet. Then, when the user asks,
+   its schedule (micro-batches through the stages); ``Accelerator.forward_backward`` calls it,
+   then the preemption vote as after ``backward``. Then, when the user asks,
    ``clip_gradients_norm(module, optimizer, ...)`` or ``clip_gradients_value`` (the Accelerator
    unscales through ``precision`` first), then ``optimizer_step(optimizer, closure)`` from the
    prepared optimizer's ``step`` when gradients synchronise (with an fp16 scaler, the precision's
@@ -409,9 +410,9 @@ class Strategy(ABC):
         the last stage, backpropagates each micro-batch's share of the loss (through its
         precision, divided by the micro-batches and the accumulation steps as above), and
         returns the batch's loss on every stage. That is why ``target`` is its own argument:
-        the engine must split it as it splits the inputs. The Accelerator has no API for this
-        call yet; a training loop under a pipelining engine would make it instead of calling
-        the model and ``backward``.
+        the engine must split it as it splits the inputs. ``Accelerator.forward_backward`` calls
+        it; a training loop under a pipelining engine makes that call instead of calling the
+        model and ``backward``.
         """
         loss = loss_fn(call_model(model, inputs), target)
         from accel_core.gradient_state import GradientState
