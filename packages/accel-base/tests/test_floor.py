@@ -92,3 +92,34 @@ def test_seconds_reads_a_duration_and_names_the_variable_it_refuses():
 
 def test_the_mixed_precision_modes():
     assert env_values.MIXED_PRECISION_CHOICES == ("no", "fp16", "bf16")
+
+
+def test_a_rendezvous_port_is_free_and_never_one_the_kernel_hands_out():
+    low, high = ports.ephemeral_port_range()
+    assert 0 < low <= high < 65536
+    chosen = {ports.get_free_rendezvous_port() for _ in range(20)}
+    assert all(ports.LOWEST_RENDEZVOUS_PORT <= port < low for port in chosen)
+    assert len(chosen) > 1  # chosen at random: jobs started together get different ones
+    for port in chosen:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", port))  # free, as promised (nothing else bound it since)
+
+
+def test_a_rendezvous_port_skips_one_that_is_taken(monkeypatch):
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        taken = listener.getsockname()[1]
+        listener.listen()
+        # only the taken port and one above it are candidates
+        monkeypatch.setattr(ports, "LOWEST_RENDEZVOUS_PORT", taken)
+        monkeypatch.setattr(ports, "ephemeral_port_range", lambda: (taken + 2, 60999))
+        assert ports.get_free_rendezvous_port() == taken + 1 or not _bindable(taken + 1)
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
