@@ -19,6 +19,7 @@ import sys
 import time
 
 import torch
+from process_exit import end_process_group
 from transformers import AutoModelForCausalLM, Trainer, TrainerCallback, TrainingArguments
 
 SEQUENCE = 128
@@ -107,3 +108,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    end_process_group()  # after the figures (process_exit.py says why)

@@ -19,6 +19,8 @@ import os
 import sys
 import time
 
+from process_exit import end_process_group
+
 
 def process_start() -> float:
     """When the kernel started this process, as a ``time.time()`` value (10 ms resolution)."""
@@ -112,18 +114,7 @@ def main() -> None:
     line = {"library": library, "rank": int(os.environ["RANK"]), "seconds": seconds}
     with open(result, "a") as handle:
         handle.write(json.dumps(line) + "\n")
-    # After the clock: every library leaves its process group up, and a gloo group destroyed by
-    # C++ static destructors at interpreter exit, its threads still running, aborts the process
-    # ("terminate called without an active exception"), failing the run after its figure was
-    # written. Destroyed here, and the DDP module that still holds it collected (it sits in a
-    # reference cycle): measured on the raw loop, 1 abort in 20-33 runs with the destroy alone.
-    import gc
-
-    import torch.distributed as dist
-
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    gc.collect()
+    end_process_group()  # after the clock (process_exit.py says why)
 
 
 if __name__ == "__main__":
