@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-import psutil
 import torch
 from torch import nn
 
@@ -68,6 +67,8 @@ def get_max_memory(max_memory: dict[Device, int | str] | None = None) -> dict[De
         if torch.cuda.is_available():
             for index in range(torch.cuda.device_count()):
                 found[index] = torch.cuda.mem_get_info(index)[0]
+        import psutil  # 8 ms: only when the memory is asked for (transformers imports this module)
+
         found["cpu"] = psutil.virtual_memory().available
         return found
     if not isinstance(max_memory, dict):
