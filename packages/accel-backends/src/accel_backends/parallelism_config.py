@@ -2,7 +2,7 @@
 
 Accelerate 1.15's fields, defaults (``PARALLELISM_CONFIG_*`` variables) and properties. accel
 trains over ``dp_replicate`` (copies), ``dp_shard`` (FSDP sharding; both > 1 is HSDP) and ``tp``
-(tensor parallelism, under the ``fsdp`` strategy: :mod:`accel_backends.fsdp.tensor_parallel`) and
+(tensor parallelism, under the ``fsdp`` strategy: :mod:`accel_backends.tensor_parallel`) and
 ``pp`` (pipeline stages, accel's own field: :mod:`accel_backends.fsdp.pipelining`).
 :meth:`ParallelismConfig.build_device_mesh` builds the mesh with
 ``torch.distributed.device_mesh.init_device_mesh`` on the current process group (any backend,

@@ -1,7 +1,7 @@
 """Accelerate's tensor-parallel options: ``TorchTensorParallelConfig`` (``ParallelismConfig``'s
 ``tp_handler``) and the older ``TorchTensorParallelPlugin``.
 
-Tensor parallelism runs under the ``fsdp`` strategy (:mod:`accel_backends.fsdp.tensor_parallel`).
+Tensor parallelism runs under the ``fsdp`` strategy (:mod:`accel_backends.tensor_parallel`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from accel_backends.fsdp.tensor_parallel import ParallelizeFn
+    from accel_backends.tensor_parallel import ParallelizeFn
 
 
 @dataclass

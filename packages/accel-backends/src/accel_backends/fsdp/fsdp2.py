@@ -1,6 +1,6 @@
 """FSDP2 (:class:`FSDP2Strategy`): ``fully_shard`` in place on the units the plugin's policy
 picks, after a tensor-parallel split over the mesh's ``tp`` dimension when the configuration has
-one (:mod:`accel_backends.fsdp.tensor_parallel`), or after the model is cut to this process's
+one (:mod:`accel_backends.tensor_parallel`), or after the model is cut to this process's
 pipeline stage when it has a ``pp`` dimension (:mod:`accel_backends.fsdp.pipelining`)."""
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from accel_backends.fsdp.sharding import (
     shard_model,
     upcast_trainable_to_fp32,
 )
-from accel_backends.fsdp.tensor_parallel import ParallelizeFn, split_model
 from accel_backends.pipeline_config import PipelineParallelConfig
+from accel_backends.tensor_parallel import ParallelizeFn, split_model
 from accel_core.unwrap import extract_model_from_parallel
 
 if TYPE_CHECKING:

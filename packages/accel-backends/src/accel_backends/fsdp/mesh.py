@@ -9,7 +9,7 @@ alone is FSDP; ``("dp_replicate", "dp_shard_cp")`` is HSDP (on a 2-D mesh ``full
 replicates over the first dimension and shards over the second).
 
 With ``tp_size > 1`` the mesh has a ``tp`` dimension too (innermost), which the model is split
-over before it is sharded over the data-parallel ones (:mod:`accel_backends.fsdp.tensor_parallel`);
+over before it is sharded over the data-parallel ones (:mod:`accel_backends.tensor_parallel`);
 with no data-parallel dimension left (``tp_size`` = the number of processes) nothing is sharded.
 ``dp_replicate_size > 1`` beside ``tp_size > 1`` and ``dp_shard_size`` 1 keeps a ``dp_shard``
 dimension of size 1: HSDP over groups of one, so each copy holds the whole (tensor-parallel)

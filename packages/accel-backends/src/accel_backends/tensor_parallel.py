@@ -1,4 +1,9 @@
-"""Tensor parallelism under the ``fsdp`` strategy: the model split over the mesh's ``tp`` dimension.
+"""Tensor parallelism: the model split over a mesh's ``tp`` dimension.
+
+Engine-neutral (it needs a ``tp`` submesh and nothing of FSDP): the ``fsdp`` strategy runs it
+today (:mod:`accel_backends.fsdp.fsdp2` splits the model here, then shards it over the
+data-parallel dimensions); another engine that builds a mesh with a ``tp`` dimension calls
+:func:`split_model` the same way.
 
 A model arrives at ``prepare`` tensor-parallel already, or is made so there:
 
