@@ -46,8 +46,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
+import residual_net
 import torch
 import torch.distributed as dist
+from residual_net import Net
 from torch.utils.data import DataLoader, TensorDataset
 
 WIDTH, HIDDEN, DEPTH, BATCH = 512, 1024, 4, 64
@@ -56,34 +58,8 @@ LR, MAX_NORM = 1e-4, 1.0
 UNFAIR = "the comparison would not be fair"
 
 
-class Block(torch.nn.Module):
-    """A residual feed-forward layer: its two Linears are split over tp, the unit FSDP shards."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.up = torch.nn.Linear(WIDTH, HIDDEN)
-        self.down = torch.nn.Linear(HIDDEN, WIDTH)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-class Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = torch.nn.ModuleList([Block() for _ in range(DEPTH)])
-        self.head = torch.nn.Linear(WIDTH, WIDTH)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
 def new_model() -> Net:
-    torch.manual_seed(0)
-    return Net()
+    return residual_net.new_model(WIDTH, HIDDEN, DEPTH)
 
 
 def split(model: torch.nn.Module, tp_mesh: object) -> None:

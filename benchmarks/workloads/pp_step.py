@@ -40,8 +40,10 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 
+import residual_net
 import torch
 import torch.distributed as dist
+from residual_net import Block, Net
 from torch.utils.data import DataLoader, TensorDataset
 
 WIDTH, HIDDEN, DEPTH, BATCH = 256, 512, 4, 32
@@ -50,32 +52,8 @@ LR, MAX_NORM = 1e-4, 1.0
 BUBBLE_STEPS = 6
 
 
-class Block(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.norm = torch.nn.LayerNorm(WIDTH)
-        self.up = torch.nn.Linear(WIDTH, HIDDEN)
-        self.down = torch.nn.Linear(HIDDEN, WIDTH)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.down(torch.nn.functional.gelu(self.up(self.norm(x))))
-
-
-class Net(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.blocks = torch.nn.ModuleList(Block() for _ in range(DEPTH))
-        self.head = torch.nn.Linear(WIDTH, WIDTH)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for block in self.blocks:
-            x = block(x)
-        return self.head(x)
-
-
 def new_model() -> Net:
-    torch.manual_seed(0)
-    return Net()
+    return residual_net.new_model(WIDTH, HIDDEN, DEPTH)
 
 
 def stage_modules(model: Net, stage_index: int, num_stages: int) -> list[torch.nn.Module]:
