@@ -4,38 +4,13 @@ solver, quantization or offload."""
 
 from __future__ import annotations
 
-import ast
 import importlib
-import subprocess
-import sys
 from pathlib import Path
 
 import accel_bigmodel
+from accel_testing.lazy_packages import fresh_output, type_checking_imports
 
 INIT = Path(accel_bigmodel.__file__)
-
-
-def _fresh(code: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    return done.stdout.strip()
-
-
-def _type_checking_imports() -> dict[str, str]:
-    """name -> module, as the ``if TYPE_CHECKING:`` block of ``__init__.py`` imports them."""
-    tree = ast.parse(INIT.read_text(encoding="utf-8"))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
-    )
-    return {
-        alias.name: statement.module
-        for statement in block.body
-        if isinstance(statement, ast.ImportFrom) and statement.module is not None
-        for alias in statement.names
-    }
 
 
 def test_import_loads_no_module_of_the_package():
@@ -43,7 +18,7 @@ def test_import_loads_no_module_of_the_package():
         "import sys; import accel_bigmodel; "
         "print(sorted(m for m in sys.modules if m.startswith('accel')))"
     )
-    assert _fresh(code) == str(["accel_bigmodel"])
+    assert fresh_output(code) == str(["accel_bigmodel"])
 
 
 def test_a_hook_name_loads_only_the_hooks_module():
@@ -51,11 +26,11 @@ def test_a_hook_name_loads_only_the_hooks_module():
         "import sys; from accel_bigmodel import add_hook_to_module; "
         "print(sorted(m for m in sys.modules if m.startswith('accel')))"
     )
-    assert _fresh(code) == str(["accel_bigmodel", "accel_bigmodel.hooks"])
+    assert fresh_output(code) == str(["accel_bigmodel", "accel_bigmodel.hooks"])
 
 
 def test_type_checkers_see_what_runs():
-    assert _type_checking_imports() == accel_bigmodel._EXPORTS
+    assert type_checking_imports(INIT) == accel_bigmodel._EXPORTS
     assert set(accel_bigmodel._EXPORTS) == set(accel_bigmodel.__all__)
 
 

@@ -2,40 +2,15 @@
 
 from __future__ import annotations
 
-import ast
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import accel_ops
+from accel_testing.lazy_packages import fresh_output, type_checking_imports
 
 INIT = Path(accel_ops.__file__)
-
-
-def _fresh(code: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    return done.stdout.strip()
-
-
-def _type_checking_imports() -> dict[str, str]:
-    """name -> submodule, as the ``if TYPE_CHECKING:`` block of ``__init__.py`` imports them."""
-    tree = ast.parse(INIT.read_text(encoding="utf-8"))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
-    )
-    return {
-        alias.name: statement.module.removeprefix("accel_ops.")
-        for statement in block.body
-        if isinstance(statement, ast.ImportFrom) and statement.module is not None
-        for alias in statement.names
-    }
 
 
 def test_import_loads_no_submodule_but_the_eager_one_and_not_torch():
@@ -43,7 +18,7 @@ def test_import_loads_no_submodule_but_the_eager_one_and_not_torch():
         "import sys; import accel_ops; "
         "print(sorted(m for m in sys.modules if m.startswith(('accel', 'torch'))))"
     )
-    assert _fresh(code) == str(["accel_ops", "accel_ops.out_of_scope"])
+    assert fresh_output(code) == str(["accel_ops", "accel_ops.out_of_scope"])
 
 
 def test_a_name_loads_only_what_its_submodule_needs():
@@ -59,11 +34,11 @@ def test_a_name_loads_only_what_its_submodule_needs():
         "accel_ops.out_of_scope",
         "accel_ops.ports",
     ]
-    assert _fresh(code) == str(expected)
+    assert fresh_output(code) == str(expected)
 
 
 def test_type_checkers_see_what_runs():
-    lazy = _type_checking_imports()
+    lazy = type_checking_imports(INIT, "accel_ops.")
     assert lazy == accel_ops._EXPORTS
     assert set(lazy) | {"OutOfScopeError", "out_of_scope"} == set(accel_ops.__all__)
     assert set(accel_ops.__all__) <= set(dir(accel_ops))
@@ -81,12 +56,12 @@ def test_every_name_is_its_definition_also_after_its_submodule_was_imported():
         "from accel_ops import out_of_scope, OutOfScopeError\n"
         "print(json.dumps([wrong, callable(out_of_scope), OutOfScopeError.__name__]))"
     )
-    assert json.loads(_fresh(code)) == [[], True, "OutOfScopeError"]
+    assert json.loads(fresh_output(code)) == [[], True, "OutOfScopeError"]
 
 
 def test_submodules_are_attributes_as_in_an_eager_package():
     code = "import accel_ops; print(accel_ops.sizes.parse_size('1KB'))"
-    assert _fresh(code) == "1000"
+    assert fresh_output(code) == "1000"
 
 
 def test_unknown_names_raise_attribute_error():
