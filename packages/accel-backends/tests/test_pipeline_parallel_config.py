@@ -143,3 +143,36 @@ def test_a_causal_lm_with_tied_embeddings_is_refused():
     model = transformers.LlamaForCausalLM(config)
     with pytest.raises(ValueError, match="tie_word_embeddings=False for pipeline parallelism"):
         split_causal_lm(model, 0, 2)
+
+
+class _Size:
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+
+def _strategy(tp: int = 1, ram_efficient: bool = False, scaler: object = None) -> object:
+    # what refuse_unsupported_pipeline reads of the fsdp strategy, as plain attributes (the
+    # strategy itself needs a pp mesh, hence several processes: the nd tests run those)
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        pp_mesh=_Size(2),
+        tp_mesh=_Size(tp) if tp > 1 else None,
+        plugin=SimpleNamespace(cpu_ram_efficient_loading=ram_efficient),
+        precision=SimpleNamespace(scaler=scaler),
+    )
+
+
+def test_what_pp_does_not_run_with_is_refused_with_the_reason():
+    from accel_backends.fsdp.pipelining.refusals import refuse_unsupported_pipeline
+
+    refuse_unsupported_pipeline(_strategy())  # pp alone: nothing to refuse
+    with pytest.raises(ValueError, match=r"pp_size=2\) with tensor parallelism \(tp_size=2\)"):
+        refuse_unsupported_pipeline(_strategy(tp=2))
+    with pytest.raises(ValueError, match=r"cpu_ram_efficient_loading .*\(pp_size=2\)"):
+        refuse_unsupported_pipeline(_strategy(ram_efficient=True))
+    with pytest.raises(ValueError, match=r"mixed_precision='fp16' .* use mixed_precision='bf16'"):
+        refuse_unsupported_pipeline(_strategy(scaler=torch.amp.GradScaler("cpu")))
