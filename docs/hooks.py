@@ -58,7 +58,7 @@ class LazyExports(griffe.Extension):
         lazy = [mod for mod in _modules(pkg) if _exports(mod) is not None]
         for mod in lazy:
             for name, source in _exports(mod).items():
-                absolute = source.startswith(f"{pkg.name}.")
+                absolute = source.split(".")[0].startswith("accel")
                 target = f"{source if absolute else f'{mod.path}.{source}'}.{name}"
                 mod.set_member(name, griffe.Alias(name, target, parent=mod))
             mod.exports = sorted(_exports(mod))
@@ -68,11 +68,27 @@ class LazyExports(griffe.Extension):
                 try:
                     alias.final_target  # noqa: B018 (resolves the alias)
                 except (griffe.AliasResolutionError, griffe.CyclicAliasError):
+                    if _built_on_use(alias.target_path, pkg):
+                        continue  # made by that module's own __getattr__ (no static object)
                     griffe.logger.warning(f"{mod.path}._EXPORTS[{name!r}]: no {alias.target_path}")
 
     def on_object(self, *, obj: griffe.Object, **kwargs: object) -> None:
         if obj.docstring is not None:
             obj.docstring.value = COMBINED.sub(_split, ROLE.sub(_link, obj.docstring.value))
+
+
+def _built_on_use(target: str, pkg: griffe.Module) -> bool:
+    """Whether ``target``'s module, in ``pkg``, builds names on first use (a ``__getattr__``)."""
+    parts = target.split(".")
+    if parts[0] != pkg.name:
+        return False
+    module: griffe.Object = pkg
+    for part in parts[1:-1]:
+        member = module.members.get(part)
+        if member is None or member.is_alias:
+            return False
+        module = member
+    return "__getattr__" in module.members
 
 
 def _modules(mod: griffe.Module) -> list[griffe.Module]:

@@ -49,8 +49,9 @@ class ElasticJob:
         shutdown_timeout: seconds the agent waits for signalled workers before killing them.
         signals_to_handle: the signals the agent passes on to its workers (``"SIGTERM,..."``).
         local_addr: this machine's address as the c10d rendezvous publishes it.
-        The last three are fields of newer torch releases only; where this torch's
-        ``LaunchConfig`` lacks one, it is left out (the older agent's default applies).
+
+    The last three are fields of newer torch releases only; where this torch's ``LaunchConfig``
+    lacks one, it is left out (the older agent's default applies).
     """
 
     nproc_per_node: int

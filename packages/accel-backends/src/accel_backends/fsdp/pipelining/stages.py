@@ -12,6 +12,7 @@ whole model's, which load on another number of stages or as one process.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from itertools import chain
 
@@ -156,13 +157,20 @@ class CausalLMStage(torch.nn.Module):
             hidden_states = self.embed_tokens(input_ids)
         assert hidden_states is not None
         position_ids = torch.arange(hidden_states.shape[1], device=hidden_states.device)[None]
-        mask = create_causal_mask(
-            config=self.config,
-            inputs_embeds=hidden_states,
-            attention_mask=None,
-            cache=None,
-            position_ids=position_ids,
-        )
+        # transformers renamed the cache argument between releases (``past_key_values`` and
+        # ``cache_position`` in 5.23, ``cache`` in 5.25): give the ones this release takes
+        offered = {
+            "config": self.config,
+            "inputs_embeds": hidden_states,
+            "input_embeds": hidden_states,
+            "attention_mask": None,
+            "cache": None,
+            "past_key_values": None,
+            "cache_position": position_ids[0],
+            "position_ids": position_ids,
+        }
+        accepted = inspect.signature(create_causal_mask).parameters
+        mask = create_causal_mask(**{k: v for k, v in offered.items() if k in accepted})
         position_embeddings = self.rotary_emb(hidden_states, position_ids=position_ids)
         for layer in self.layers:
             hidden_states = layer(
