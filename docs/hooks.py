@@ -58,7 +58,7 @@ class LazyExports(griffe.Extension):
         lazy = [mod for mod in _modules(pkg) if _exports(mod) is not None]
         for mod in lazy:
             for name, source in _exports(mod).items():
-                absolute = source.split(".")[0].startswith("accel")
+                absolute = source.split(".")[0] in PACKAGES
                 target = f"{source if absolute else f'{mod.path}.{source}'}.{name}"
                 mod.set_member(name, griffe.Alias(name, target, parent=mod))
             mod.exports = sorted(_exports(mod))
@@ -68,13 +68,22 @@ class LazyExports(griffe.Extension):
                 try:
                     alias.final_target  # noqa: B018 (resolves the alias)
                 except (griffe.AliasResolutionError, griffe.CyclicAliasError):
-                    if _built_on_use(alias.target_path, pkg):
+                    if _built_on_use(alias.target_path, pkg) or not alias.target_path.startswith(
+                        f"{pkg.name}."
+                    ):  # another package's name: its own page resolves it
                         continue  # made by that module's own __getattr__ (no static object)
                     griffe.logger.warning(f"{mod.path}._EXPORTS[{name!r}]: no {alias.target_path}")
 
     def on_object(self, *, obj: griffe.Object, **kwargs: object) -> None:
         if obj.docstring is not None:
             obj.docstring.value = COMBINED.sub(_split, ROLE.sub(_link, obj.docstring.value))
+
+
+#: The import names of accel's packages: a lazy table's entry starting with one is absolute.
+PACKAGES = frozenset(
+    {"accel", "accel_base", "accel_ops", "accel_core", "accel_bigmodel", "accel_backends"}
+    | {"accel_launch"}
+)
 
 
 def _built_on_use(target: str, pkg: griffe.Module) -> bool:
