@@ -60,6 +60,7 @@ def test_the_sizes_are_accelerates_dimensions_in_their_order():
         "parallelism_config_tp_size",
         "parallelism_config_cp_size",
         "parallelism_config_sp_size",
+        "parallelism_config_ep_size",  # the fsdp engine's (accel-backends is installed)
     ]
 
 
@@ -71,8 +72,11 @@ def test_a_declared_dimension_gets_its_flag_key_and_variable(with_pipelines):
         == "Pipeline stages (the model split by layers). Implies --use_parallelism_config."
     )
     assert option.config_key == ("parallelism_config", "parallelism_config_pp_size")
-    # after Accelerate's dimensions and their settings
-    assert list(schema.sections()["parallelism_config"])[-1] == "parallelism_config_pp_size"
+    # after Accelerate's dimensions and their settings, in mesh order with the fsdp engine's ep
+    assert list(schema.sections()["parallelism_config"])[-2:] == [
+        "parallelism_config_pp_size",
+        "parallelism_config_ep_size",
+    ]
     checked = schema.validate({"parallelism_config": {"parallelism_config_pp_size": "4"}})
     assert checked["parallelism_config"] == {"parallelism_config_pp_size": 4}
 

@@ -56,6 +56,7 @@ SECTION_VARIABLES = {
     "PARALLELISM_CONFIG_CP_COMM_STRATEGY": "alltoall",
     "PARALLELISM_CONFIG_SP_SIZE": "1",
     "PARALLELISM_CONFIG_SP_BACKEND": "deepspeed",
+    "PARALLELISM_CONFIG_EP_SIZE": "1",  # the fsdp engine's dimension (accel-backends)
 }
 
 
@@ -183,6 +184,7 @@ def test_flags_override_the_section(tmp_path: Path):
         "PARALLELISM_CONFIG_CP_BACKEND": "torch",
         "PARALLELISM_CONFIG_SP_SIZE": "1",
         "PARALLELISM_CONFIG_SP_BACKEND": "deepspeed",
+        "PARALLELISM_CONFIG_EP_SIZE": "1",
     }
 
 
@@ -233,6 +235,7 @@ def test_use_flag_alone_gives_accelerates_defaults():
         "PARALLELISM_CONFIG_CP_BACKEND": "torch",
         "PARALLELISM_CONFIG_SP_SIZE": "1",
         "PARALLELISM_CONFIG_SP_BACKEND": "deepspeed",
+        "PARALLELISM_CONFIG_EP_SIZE": "1",
     }
 
 

@@ -12,6 +12,7 @@ import torch
 
 from accel_backends.fsdp.accumulation import FSDP2Accumulation, gradient_sync_off
 from accel_backends.fsdp.common import FSDPStrategy
+from accel_backends.fsdp.expert_parallel import refuse_unbuilt_expert_parallel
 from accel_backends.fsdp.sharding import (
     match_renamed_parameters,
     shard_model,
@@ -56,6 +57,7 @@ class FSDP2Strategy(FSDPStrategy):
         *,
         upcast_to_fp32: bool,
     ) -> torch.nn.Module:
+        refuse_unbuilt_expert_parallel(self._parallelism_config)
         if self.tp_mesh is not None:
             if self.plugin.cpu_ram_efficient_loading:
                 raise ValueError(

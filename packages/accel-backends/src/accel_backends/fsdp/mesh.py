@@ -78,6 +78,7 @@ def fsdp_meshes(
             tp_size=tensor,
             cp_size=_size(config, "cp_size"),
             sp_size=_size(config, "sp_size"),
+            ep_size=_size(config, "ep_size"),
         )
     # copies of a tensor-parallel model: HSDP over groups of one keeps them whole
     keep = ("dp_shard",) if tensor > 1 and replicas > 1 and shards == 1 else ()
