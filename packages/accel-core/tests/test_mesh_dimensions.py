@@ -1,4 +1,4 @@
-"""Mesh dimensions as data: a dimension no code of accel names (``pp``, ``ep``) is read, counted,
+"""Mesh dimensions as data: a dimension no code of accel names (``pp``, an ``xp``) is read, counted,
 chosen for, accepted and refused from the records its engine's description declares."""
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ PP = MeshDimension(
     launch_option="parallelism_config_pp_size",
 )
 #: A dimension whose strategy builds the mesh, with no refusal text of its own.
-EP = MeshDimension(
-    name="ep",
-    config_key="ep_size",
+XP = MeshDimension(
+    name="xp",
+    config_key="xp_size",
     order=3,
     shards_data=True,
     title="Expert parallelism",
@@ -56,7 +56,7 @@ class PipelineStrategy(SingleDeviceStrategy):
 
 
 class ExpertStrategy(SingleDeviceStrategy):
-    name = "ep_engine"
+    name = "xp_engine"
 
 
 PP_ENGINE = EngineDescription(
@@ -66,12 +66,12 @@ PP_ENGINE = EngineDescription(
     install="pp-engine",
     dimensions=(DP_REPLICATE, PP),
 )
-EP_ENGINE = EngineDescription(
-    name="ep_engine",
+XP_ENGINE = EngineDescription(
+    name="xp_engine",
     title="Experts",
     strategy=f"{__name__}:ExpertStrategy",
-    install="ep-engine",
-    dimensions=(DP_REPLICATE, EP),
+    install="xp-engine",
+    dimensions=(DP_REPLICATE, XP),
 )
 
 #: An engine that shards by default (what accel-backends' fsdp is).
@@ -94,7 +94,7 @@ class _Config:
     cp_size: int = 1
     sp_size: int = 1
     pp_size: int = 1
-    ep_size: int = 1
+    xp_size: int = 1
 
 
 @pytest.fixture
@@ -102,13 +102,13 @@ def third_party_engines(monkeypatch: pytest.MonkeyPatch) -> None:
     """Both engines installed, as an entry point of the ``accel.strategies`` group names them,
     beside accel-core's own (not accel-backends', whose fsdp engine declares a ``pp`` of its
     own: here the dimensions are only the stand-ins')."""
-    _only_built_in_engines(monkeypatch, pp_engine="PP_ENGINE", ep_engine="EP_ENGINE")
+    _only_built_in_engines(monkeypatch, pp_engine="PP_ENGINE", xp_engine="XP_ENGINE")
 
 
 def test_the_known_dimensions_are_accelerates_then_those_engines_declare(third_party_engines):
     names = [dimension.name for dimension in ACCELERATE_DIMENSIONS]
     assert names == ["dp_replicate", "dp_shard", "tp", "cp", "sp"]
-    assert list(all_dimensions([PP_ENGINE, EP_ENGINE])) == [*names, "pp", "ep"]
+    assert list(all_dimensions([PP_ENGINE, XP_ENGINE])) == [*names, "pp", "xp"]
     assert dimension_sizes(_Config(pp_size=2, tp_size=3)) == {
         "dp_replicate": 1,
         "dp_shard": 1,
@@ -116,25 +116,25 @@ def test_the_known_dimensions_are_accelerates_then_those_engines_declare(third_p
         "cp": 1,
         "sp": 1,
         "pp": 2,
-        "ep": 1,
+        "xp": 1,
     }
 
 
 def test_a_new_dimension_counts_towards_the_world_size(third_party_engines):
-    # listed: the dimensions that deal different batches (ep too), and the others above 1
-    product = r"dp_replicate_size=1 x dp_shard_size=1 x pp_size=2 x ep_size=1 must equal"
+    # listed: the dimensions that deal different batches (xp too), and the others above 1
+    product = r"dp_replicate_size=1 x dp_shard_size=1 x pp_size=2 x xp_size=1 must equal"
     with pytest.raises(ValueError, match=rf"^ParallelismConfig total_size \(2\) .*: {product}"):
         check_sizes(_Config(pp_size=2), 1)
     check_sizes(_Config(pp_size=2), 2)
-    check_sizes(_Config(pp_size=2, ep_size=2), 4)
+    check_sizes(_Config(pp_size=2, xp_size=2), 4)
 
 
 def test_a_new_dimension_chooses_the_engine_that_declares_it(third_party_engines, monkeypatch):
     assert needed_dimensions(_Config(pp_size=2, dp_replicate_size=2)) == {"pp"}
     assert default_strategy_name(4, needed=frozenset({"pp"})) == "pp_engine"
-    assert default_strategy_name(4, needed=frozenset({"ep"})) == "ep_engine"
+    assert default_strategy_name(4, needed=frozenset({"xp"})) == "xp_engine"
     assert default_strategy_name(4, needed=frozenset({"pp", "tp"})) == "ddp"  # none runs both
-    # none runs both, and ep's strategy builds the mesh: the sharding engine, as for dp_shard
+    # none runs both, and xp's strategy builds the mesh: the sharding engine, as for dp_shard
     # (accel-backends' fsdp; here a stand-in, the only installed engine that shards by default)
     found = {
         name: entry_point
@@ -145,7 +145,7 @@ def test_a_new_dimension_chooses_the_engine_that_declares_it(third_party_engines
         name="sharding_engine", value=f"{__name__}:SHARDING_ENGINE", group=ENTRY_POINT_GROUP
     )
     monkeypatch.setattr(registry, "_entry_points", lambda: found)
-    assert default_strategy_name(4, needed=frozenset({"pp", "ep"})) == "sharding_engine"
+    assert default_strategy_name(4, needed=frozenset({"pp", "xp"})) == "sharding_engine"
 
 
 def test_a_new_dimension_is_refused_at_prepare_under_a_strategy_that_does_not_run_it(
@@ -169,17 +169,17 @@ def test_a_new_dimension_is_refused_at_prepare_under_a_strategy_that_does_not_ru
 def test_a_dimension_whose_strategy_builds_the_mesh_is_refused_when_the_strategy_is_chosen(
     third_party_engines,
 ):
-    config = _Config(ep_size=2, dp_replicate_size=2)
+    config = _Config(xp_size=2, dp_replicate_size=2)
     with pytest.raises(ValueError) as refused:
         check_strategy(config, create_strategy("ddp"))
     # no refusal text of its own: the installed strategies that declare it
     assert str(refused.value) == (
-        "ParallelismConfig(dp_replicate_size=2, dp_shard_size=1, ep_size=2) shards the model over "
+        "ParallelismConfig(dp_replicate_size=2, dp_shard_size=1, xp_size=2) shards the model over "
         "the device mesh, which strategy 'ddp' does not do: expert parallelism runs under "
-        "strategy 'ep_engine' (name it: Accelerator(strategy=NAME) or `accel launch --strategy "
+        "strategy 'xp_engine' (name it: Accelerator(strategy=NAME) or `accel launch --strategy "
         "NAME`)."
     )
-    check_strategy(config, create_strategy("ep_engine"))
+    check_strategy(config, create_strategy("xp_engine"))
     refuse_unsupported(config, create_strategy("ddp"))  # check_strategy's, not prepare's
 
 

@@ -62,8 +62,8 @@ def test_the_sizes_are_accelerates_dimensions_in_their_order_then_the_engines():
         "parallelism_config_cp_size",
         "parallelism_config_sp_size",
     ]
-    # declared by the fsdp engine (accel-backends)
-    assert "parallelism_config_pp_size" in sizes[5:]
+    # declared by the fsdp engine (accel-backends), in mesh order
+    assert sizes[5:] == ["parallelism_config_pp_size", "parallelism_config_ep_size"]
 
 
 def test_a_declared_dimension_gets_its_flag_key_and_variable(with_pipelines):

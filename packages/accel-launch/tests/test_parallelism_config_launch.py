@@ -57,6 +57,7 @@ SECTION_VARIABLES = {
     "PARALLELISM_CONFIG_SP_SIZE": "1",
     "PARALLELISM_CONFIG_SP_BACKEND": "deepspeed",
     "PARALLELISM_CONFIG_PP_SIZE": "1",  # declared by the fsdp engine (accel-backends)
+    "PARALLELISM_CONFIG_EP_SIZE": "1",  # the fsdp engine's too
 }
 
 
@@ -185,6 +186,7 @@ def test_flags_override_the_section(tmp_path: Path):
         "PARALLELISM_CONFIG_SP_SIZE": "1",
         "PARALLELISM_CONFIG_SP_BACKEND": "deepspeed",
         "PARALLELISM_CONFIG_PP_SIZE": "1",
+        "PARALLELISM_CONFIG_EP_SIZE": "1",
     }
 
 
@@ -236,6 +238,7 @@ def test_use_flag_alone_gives_accelerates_defaults():
         "PARALLELISM_CONFIG_SP_SIZE": "1",
         "PARALLELISM_CONFIG_SP_BACKEND": "deepspeed",
         "PARALLELISM_CONFIG_PP_SIZE": "1",
+        "PARALLELISM_CONFIG_EP_SIZE": "1",
     }
 
 

@@ -21,6 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
 from accel_backends.fsdp.description import PP
+from accel_backends.expert_parallel_mesh import (
+    check_expert_parallel_sizes,
+    expert_parallel_mesh_layout,
+    flatten_expert_parallel_dims,
+)
 from accel_backends.out_of_scope import (
     DeepSpeedSequenceParallelConfig,
     OutOfScopeParallelism,
@@ -36,7 +41,7 @@ if TYPE_CHECKING:
 #: The order of mesh dimensions, outermost first (Accelerate's, with ``pp`` outside them all),
 #: from their records' ``order``.
 MESH_ORDER = mesh_order((*ACCELERATE_DIMENSIONS, PP))
-_NAMES = ("pp", "dp_replicate", "dp_shard", "tp", "cp", "sp")
+_NAMES = ("pp", "dp_replicate", "dp_shard", "tp", "cp", "sp", "ep")
 
 
 def _size_from_env(name: str) -> int:
@@ -66,6 +71,11 @@ class ParallelismConfig:
         pp_handler: how the model is split and which schedule runs
             (:class:`~accel_backends.pipeline_config.PipelineParallelConfig`; built when
             ``pp_size > 1``).
+        ep_size: processes each mixture-of-experts layer's experts are split over (expert
+            parallelism, under the ``fsdp`` strategy; default 1, or
+            ``PARALLELISM_CONFIG_EP_SIZE``). Borrowed from ``dp_shard`` as in torchtitan and
+            transformers: it must divide ``dp_shard_size`` and does not count towards
+            ``total_size`` (:mod:`accel_backends.expert_parallel_mesh`).
 
     Raises ``ValueError`` for a size below 1, an unknown backend, or an invalid combination.
     """
@@ -82,6 +92,7 @@ class ParallelismConfig:
     sp_handler: DeepSpeedSequenceParallelConfig | None = None
     pp_size: int | None = None
     pp_handler: PipelineParallelConfig | None = None
+    ep_size: int | None = None
 
     def __post_init__(self) -> None:
         #: The mesh :meth:`get_device_mesh` built (not a field: not compared, not repr'd).
@@ -97,6 +108,7 @@ class ParallelismConfig:
             size = getattr(self, f"{name}_size")
             if size < 1:
                 raise ValueError(f"{name}_size must be at least 1, but got {size}")
+        check_expert_parallel_sizes(self.ep_size, self.dp_shard_size)
         if self.cp_backend != "torch":
             raise ValueError(f"cp_backend must be one of ['torch'], but got {self.cp_backend}")
         if self.sp_backend != "deepspeed":
@@ -176,6 +188,11 @@ class ParallelismConfig:
         return self.tp_size > 1
 
     @property
+    def ep_enabled(self) -> bool:
+        """Whether ``ep_size > 1`` (expert parallelism, on the processes of ``dp_shard``)."""
+        return self.ep_size > 1
+
+    @property
     def cp_enabled(self) -> bool:
         """Whether ``cp_size > 1``."""
         return self.cp_size > 1
@@ -251,9 +268,9 @@ class ParallelismConfig:
         names = [n for n in MESH_ORDER if self._sizes[n] > 1 or n in kept]
         if not names:
             return None
-        mesh = init_device_mesh(
-            device_type, tuple(self._sizes[n] for n in names), mesh_dim_names=tuple(names)
-        )
+        # with ep_size > 1, dp_shard is built as two dimensions and flattened back
+        names, sizes, parts = expert_parallel_mesh_layout(names, self._sizes, self.ep_size)
+        mesh = init_device_mesh(device_type, sizes, mesh_dim_names=names)
         # sub-meshes are indexed with lists, as Accelerate indexes them (code that records the
         # calls, Accelerate's tests among it, sees the same arguments)
         for flat, dims in (
@@ -261,9 +278,10 @@ class ParallelismConfig:
             ("dp_shard_cp", ("dp_shard", "cp")),
             ("dp_cp", ("dp_replicate", "dp_shard", "cp")),
         ):
-            present = [n for n in dims if n in names]
+            present = [part for n in dims if n in parts for part in parts[n]]
             if present:
                 mesh[present]._flatten(flat)
+        flatten_expert_parallel_dims(mesh, parts)
         return mesh
 
     def get_device_mesh(self, device_type: str | None = None) -> DeviceMesh:

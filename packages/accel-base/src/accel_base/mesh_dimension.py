@@ -56,6 +56,9 @@ class MeshDimension:
             Accelerator is built under a strategy that does not declare it, and the Accelerator
             builds no mesh of its own. The other dimensions are refused only by ``prepare``,
             after the Accelerator built their mesh, as in Accelerate.
+        borrows_from: the name of the dimension whose processes it reuses (``ep`` lives inside
+            ``dp_shard``, as in torchtitan and transformers): its size must divide that one's
+            and does not multiply the world size. None: a dimension of its own processes.
     """
 
     name: str
@@ -67,6 +70,7 @@ class MeshDimension:
     why_not: str = ""
     launch_option: str | None = None
     strategy_builds_mesh: bool = False
+    borrows_from: str | None = None
 
 
 DP_REPLICATE = MeshDimension(

@@ -221,15 +221,19 @@ def needed_dimensions(config: ParallelismConfigLike | None) -> frozenset[str]:
 
 def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> None:
     """Raise ``ValueError`` when the sizes of ``config`` multiply to neither 1 nor
-    ``num_processes`` (every known dimension counts; the message lists those that deal
-    different batches, and the others above 1). Runs before the strategy is chosen."""
+    ``num_processes`` (every known dimension counts but those that borrow another's processes,
+    ``MeshDimension.borrows_from``: ``ep``; the message lists those that deal different batches,
+    and the others above 1), or when a borrowing dimension's size does not divide its host's.
+    Runs before the strategy is chosen."""
     if config is None:
         return
     known = known_dimensions()
+    all_sizes = dimension_sizes(config, known)
+    _check_borrowed(all_sizes, known)
     sizes = {
         known[name].config_key: size
-        for name, size in dimension_sizes(config, known).items()
-        if known[name].shards_data or size > 1
+        for name, size in all_sizes.items()
+        if known[name].borrows_from is None and (known[name].shards_data or size > 1)
     }
     total = 1
     for size in sizes.values():
@@ -241,6 +245,30 @@ def check_sizes(config: ParallelismConfigLike | None, num_processes: int) -> Non
             f"({num_processes}): {product} must equal the world size {num_processes}; adjust "
             "the sizes (or leave them at 1)."
         )
+
+
+def _listed(dimension: MeshDimension, size: int) -> bool:
+    """Whether a message about the world size lists ``dimension``: those that deal different
+    batches even at size 1 (but not one borrowing another's processes), the others above 1."""
+    return size > 1 or (dimension.shards_data and dimension.borrows_from is None)
+
+
+def _check_borrowed(sizes: Mapping[str, int], known: Mapping[str, MeshDimension]) -> None:
+    """Raise ``ValueError`` for a dimension that borrows another's processes (``ep`` inside
+    ``dp_shard``) whose size does not divide its host's."""
+    for name, size in sizes.items():
+        host = known[name].borrows_from
+        if host is None or size == 1:
+            continue
+        host_size = sizes.get(host, 1)
+        if host_size % size:
+            key, host_key = known[name].config_key, known[host].config_key
+            raise ValueError(
+                f"ParallelismConfig({key}={size}, {host_key}={host_size}): {key} must divide "
+                f"{host_key}, since {known[name].title.lower()} runs on the processes of "
+                f"{host!r} (it does not add processes of its own); set {host_key} to a "
+                f"multiple of {size}."
+            )
 
 
 def check_strategy(config: ParallelismConfigLike | None, strategy: Strategy) -> None:
@@ -259,7 +287,7 @@ def check_strategy(config: ParallelismConfigLike | None, strategy: Strategy) -> 
             shown = ", ".join(
                 f"{known[other].config_key}={other_size}"
                 for other, other_size in sizes.items()
-                if known[other].shards_data or other == name
+                if other == name or _listed(known[other], other_size)
             )
             raise ValueError(
                 f"ParallelismConfig({shown}) shards the model over the device mesh, which "

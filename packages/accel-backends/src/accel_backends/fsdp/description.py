@@ -180,6 +180,23 @@ _TP = replace(
         "strategy is named, or pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))"
     ),
 )
+#: Expert parallelism: the experts of a mixture-of-experts model split over ``ep`` processes
+#: borrowed from ``dp_shard`` (torchtitan's ``expert_parallel_degree``, transformers'
+#: ``DistributedConfig(ep_size=...)``): see :mod:`accel_backends.expert_parallel`.
+EP = MeshDimension(
+    name="ep",
+    config_key="ep_size",
+    order=1,
+    shards_data=True,
+    title="Expert parallelism",
+    description="processes each MoE layer's experts are split over (divides dp_shard_size)",
+    why_not=(
+        "expert parallelism runs under the fsdp strategy of accel-backends (it is chosen when no "
+        "strategy is named, or pass fsdp_plugin=FullyShardedDataParallelPlugin(fsdp_version=2))"
+    ),
+    launch_option="parallelism_config_ep_size",
+    borrows_from="dp_shard",
+)
 
 #: Pipeline stages: declared by this engine alone (Accelerate's ParallelismConfig has no such
 #: size; transformers' ``DistributedConfig(pp_size=...)`` names it so). Outermost (``order``
@@ -211,7 +228,7 @@ DESCRIPTION = EngineDescription(
     config_section="fsdp_config",
     plugin_keywords=("fsdp_plugin",),
     plugin_class="accel_backends.fsdp.plugin:FullyShardedDataParallelPlugin",
-    dimensions=(PP, DP_REPLICATE, _DP_SHARD, _TP),
+    dimensions=(PP, DP_REPLICATE, _DP_SHARD, _TP, EP),
     shards_by_default=True,
     wrapper_classes=("FullyShardedDataParallel",),
     parallelism_config_class="accel_backends.parallelism_config:ParallelismConfig",

@@ -17,6 +17,7 @@ from accel_backends.fsdp.pipelining.checkpoint_io import PipelineCheckpointIO
 from accel_backends.fsdp.pipelining.clipping import clip_grad_norm_over_stages
 from accel_backends.fsdp.pipelining.refusals import refuse_unsupported_pipeline
 from accel_backends.fsdp.pipelining.schedule_step import PipelineStep
+from accel_backends.fsdp.expert_parallel import refuse_unbuilt_expert_parallel
 from accel_backends.fsdp.sharding import (
     match_renamed_parameters,
     shard_model,
@@ -76,6 +77,7 @@ class FSDP2Strategy(FSDPStrategy):
         if self.pp_mesh is not None:
             refuse_unsupported_pipeline(self)
             inner = self._pipeline_step().keep_stage(inner, self.precision.wrap_forward)
+        refuse_unbuilt_expert_parallel(self._parallelism_config)
         if self.tp_mesh is not None:
             if self.plugin.cpu_ram_efficient_loading:
                 raise ValueError(

@@ -86,6 +86,7 @@ def fsdp_meshes(
             cp_size=_size(config, "cp_size"),
             sp_size=_size(config, "sp_size"),
             pp_size=stages,
+            ep_size=_size(config, "ep_size"),
         )
     # copies of a tensor-parallel model, or pipeline stages: HSDP or FSDP over groups of one
     # keeps them whole
