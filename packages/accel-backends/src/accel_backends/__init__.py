@@ -61,6 +61,7 @@ _EXPORTS = {
     "TorchTensorParallelPlugin": "tensor_parallel_config",
     "TorchTensorParallelConfig": "tensor_parallel_config",
     "PipelineParallelConfig": "pipeline_config",
+    "ExpertParallelConfig": "expert_parallel_config",
     "TorchContextParallelConfig": "out_of_scope",
     "DeepSpeedSequenceParallelConfig": "out_of_scope",
     "MegatronLMPlugin": "out_of_scope",

@@ -20,12 +20,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from accel_backends.fsdp.description import PP
+from accel_backends.expert_parallel_config import ExpertParallelConfig
 from accel_backends.expert_parallel_mesh import (
     check_expert_parallel_sizes,
     expert_parallel_mesh_layout,
     flatten_expert_parallel_dims,
 )
+from accel_backends.fsdp.description import PP
 from accel_backends.out_of_scope import (
     DeepSpeedSequenceParallelConfig,
     OutOfScopeParallelism,
@@ -76,6 +77,9 @@ class ParallelismConfig:
             ``PARALLELISM_CONFIG_EP_SIZE``). Borrowed from ``dp_shard`` as in torchtitan and
             transformers: it must divide ``dp_shard_size`` and does not count towards
             ``total_size`` (:mod:`accel_backends.expert_parallel_mesh`).
+        ep_handler: which modules hold the experts
+            (:class:`~accel_backends.expert_parallel_config.ExpertParallelConfig`; built when
+            ``ep_size > 1``).
 
     Raises ``ValueError`` for a size below 1, an unknown backend, or an invalid combination.
     """
@@ -93,6 +97,7 @@ class ParallelismConfig:
     pp_size: int | None = None
     pp_handler: PipelineParallelConfig | None = None
     ep_size: int | None = None
+    ep_handler: ExpertParallelConfig | None = None
 
     def __post_init__(self) -> None:
         #: The mesh :meth:`get_device_mesh` built (not a field: not compared, not repr'd).
@@ -117,6 +122,13 @@ class ParallelismConfig:
             self.tp_handler = TorchTensorParallelConfig()
         if self.pp_size > 1 and self.pp_handler is None:
             self.pp_handler = PipelineParallelConfig()
+        if self.ep_size > 1 and self.ep_handler is None:
+            self.ep_handler = ExpertParallelConfig()
+        if self.ep_handler is not None and not isinstance(self.ep_handler, ExpertParallelConfig):
+            raise TypeError(
+                "ep_handler must be an ExpertParallelConfig(experts=...), got "
+                f"{type(self.ep_handler).__name__}"
+            )
         if self.pp_handler is not None and not isinstance(self.pp_handler, PipelineParallelConfig):
             raise TypeError(
                 "pp_handler must be a PipelineParallelConfig(split_fn=..., schedule=..., "
@@ -244,7 +256,13 @@ class ParallelismConfig:
             if name == "device_mesh":
                 continue
             handler = isinstance(
-                value, (OutOfScopeParallelism, TorchTensorParallelConfig, PipelineParallelConfig)
+                value,
+                (
+                    OutOfScopeParallelism,
+                    TorchTensorParallelConfig,
+                    PipelineParallelConfig,
+                    ExpertParallelConfig,
+                ),
             )
             result[name] = _handler_json(value) if handler else value
         return result

@@ -29,7 +29,7 @@ leaves out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -62,9 +62,13 @@ def split_model(
     model: torch.nn.Module,
     tp_mesh: DeviceMesh,
     parallelize_fn: ParallelizeFn | None,
+    *,
+    leave: Collection[torch.nn.Module] = (),
 ) -> DeviceMesh:
     """Make ``model`` tensor-parallel over ``tp_mesh`` (see the module docstring) and return the
-    mesh its parameters live on (``tp_mesh``, or the one transformers built while loading).
+    mesh its parameters live on (``tp_mesh``, or the one transformers built while loading). The
+    own parameters of the modules in ``leave`` (the experts, which expert parallelism splits)
+    stay as they are, and those modules keep taking and returning plain tensors.
 
     Raises:
         NotImplementedError: the model is not split and there is no ``parallelize_fn``.
@@ -92,7 +96,7 @@ def split_model(
             f"model's tensor-parallel size ({size}); load or split the model with "
             f"tp_size={tp_mesh.size()}."
         )
-    replicate_remaining(model, mesh)
+    replicate_remaining(model, mesh, leave=leave)
     return mesh
 
 
@@ -118,11 +122,14 @@ def _parameters_mesh(model: torch.nn.Module) -> DeviceMesh:
     return mesh
 
 
-def replicate_remaining(model: torch.nn.Module, mesh: DeviceMesh) -> list[str]:
+def replicate_remaining(
+    model: torch.nn.Module, mesh: DeviceMesh, *, leave: Collection[torch.nn.Module] = ()
+) -> list[str]:
     """Make every parameter of ``model`` that is no ``DTensor`` one replicated over ``mesh`` (from
     rank 0 of it, so the copies agree), keeping ties; the modules holding only such parameters
     then take DTensor-free inputs and return plain tensors (their forward runs on replicated
-    DTensors). Returns the names of the modules changed.
+    DTensors). The modules in ``leave`` are not changed. Returns the names of the modules
+    changed.
 
     Raises ``NotImplementedError`` for a module holding such a parameter beside sub-modules
     with parameters (it would mix the two kinds of tensors): put it in the plan.
@@ -131,7 +138,10 @@ def replicate_remaining(model: torch.nn.Module, mesh: DeviceMesh) -> list[str]:
 
     replaced: dict[int, torch.nn.Parameter] = {}
     changed: list[str] = []
+    left = {id(module) for module in leave}
     for name, module in model.named_modules():
+        if id(module) in left:
+            continue
         plain = [
             (key, p)
             for key, p in module.named_parameters(recurse=False)

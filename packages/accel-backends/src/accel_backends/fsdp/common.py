@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
+from accel_backends.expert_parallel_mesh import DP_SHARD_MOD_EP
 from accel_backends.fsdp import v1_wrapping
 from accel_backends.fsdp.checkpoint_io import FSDPCheckpointIO
 from accel_backends.fsdp.clipping import clip_grad_norm_over_meshes
@@ -204,7 +205,8 @@ class FSDPStrategy(Strategy):
 
     def _data_parallel_mesh(self) -> DeviceMesh | None:
         mesh = self._config_mesh
-        if mesh is None or not {"dp_replicate", "dp_shard"} & set(mesh.mesh_dim_names or ()):
+        data_parallel = {"dp_replicate", "dp_shard", DP_SHARD_MOD_EP}  # the last: under ep
+        if mesh is None or not data_parallel & set(mesh.mesh_dim_names or ()):
             return None
         return mesh["dp"]
 

@@ -13,11 +13,16 @@ import torch
 
 from accel_backends.fsdp.accumulation import FSDP2Accumulation, gradient_sync_off
 from accel_backends.fsdp.common import FSDPStrategy
+from accel_backends.fsdp.expert_parallel import (
+    expert_modules,
+    expert_parallel_size,
+    refuse_unsupported_expert_parallel,
+    shard_experts,
+)
 from accel_backends.fsdp.pipelining.checkpoint_io import PipelineCheckpointIO
 from accel_backends.fsdp.pipelining.clipping import clip_grad_norm_over_stages
 from accel_backends.fsdp.pipelining.refusals import refuse_unsupported_pipeline
 from accel_backends.fsdp.pipelining.schedule_step import PipelineStep
-from accel_backends.fsdp.expert_parallel import refuse_unbuilt_expert_parallel
 from accel_backends.fsdp.sharding import (
     match_renamed_parameters,
     shard_model,
@@ -77,7 +82,10 @@ class FSDP2Strategy(FSDPStrategy):
         if self.pp_mesh is not None:
             refuse_unsupported_pipeline(self)
             inner = self._pipeline_step().keep_stage(inner, self.precision.wrap_forward)
-        refuse_unbuilt_expert_parallel(self._parallelism_config)
+        # expert parallelism: every check before the first change
+        if expert_parallel_size(self._parallelism_config) > 1:
+            refuse_unsupported_expert_parallel(self._parallelism_config, self.plugin)
+        experts = expert_modules(inner, self._parallelism_config)
         if self.tp_mesh is not None:
             if self.plugin.cpu_ram_efficient_loading:
                 raise ValueError(
@@ -85,7 +93,9 @@ class FSDP2Strategy(FSDPStrategy):
                     "with tensor parallelism (tp_size > 1): the model is split before it is "
                     "sharded; turn it off"
                 )
-            split_over = split_model(inner, self.tp_mesh, self._parallelize_fn())
+            split_over = split_model(
+                inner, self.tp_mesh, self._parallelize_fn(), leave=[m for _, m in experts]
+            )
             if not _same_ranks(split_over, self.tp_mesh):
                 raise ValueError(
                     f"the model is split over the processes {split_over.mesh.tolist()}, but "
@@ -94,6 +104,12 @@ class FSDP2Strategy(FSDPStrategy):
                     "over accelerator.torch_device_mesh['tp'] (TorchTensorParallelConfig("
                     "parallelize_fn=...) is given that mesh)"
                 )
+        if experts:
+            assert self._config_mesh is not None
+            if upcast_to_fp32:  # before the experts become units of their own
+                upcast_trainable_to_fp32(inner)
+                upcast_to_fp32 = False
+            shard_experts(experts, self._config_mesh, self.plugin)
         if self.mesh is not None:
             shard_model(inner, self.plugin, self.mesh, self.device, upcast_to_fp32=upcast_to_fp32)
         elif upcast_to_fp32:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, NamedTuple
 
+from accel_backends.expert_parallel_mesh import DP_SHARD_MOD_EP
 from accel_backends.parallelism_config import ParallelismConfig
 
 if TYPE_CHECKING:
@@ -102,7 +103,8 @@ def fsdp_meshes(
     names = mesh.mesh_dim_names or ()
     dims = [
         *(["dp_replicate"] if "dp_replicate" in names else []),
-        *(["dp_shard_cp"] if "dp_shard" in names or "cp" in names else []),
+        # dp_shard is built as dp_shard_mod_ep x dp_shard_in_ep under expert parallelism
+        *(["dp_shard_cp"] if {"dp_shard", DP_SHARD_MOD_EP, "cp"} & set(names) else []),
     ]
     shard = mesh[tuple(dims)] if dims else None
     pipeline = mesh["pp"] if stages > 1 else None

@@ -97,7 +97,7 @@ def shard_model(
     last). The model keeps its identity; its class becomes torch's ``FSDP<Class>``.
     """
     import torch.distributed as dist
-    from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, fully_shard
 
     if plugin.activation_checkpointing:
         checkpoint_layers(model, plugin)
@@ -118,6 +118,8 @@ def shard_model(
                 continue  # torch refuses containers without a forward; nothing to shard
             if is_wrapped_inner(name):
                 continue  # its checkpoint wrapper is the unit
+            if isinstance(child, FSDPModule):
+                continue  # a unit already (an experts module, over the processes holding it)
             if policy(innermost(child)):
                 fully_shard(child, **options)
                 units.append(name)
