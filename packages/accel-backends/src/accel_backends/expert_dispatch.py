@@ -7,7 +7,7 @@ hidden state travels to that expert's process (one ``all_to_all_single``, with t
 first), the local experts compute it there, and the result travels back (a second
 ``all_to_all_single``); the router's weight is applied where the token lives, so the router's
 gradient never leaves its process. Both exchanges are differentiable
-(``torch.distributed.nn.functional.all_to_all_single``): the backward pass sends the gradients
+(torch's functional ``all_to_all_single_autograd``): the backward pass sends the gradients
 along the same routes in reverse. Any backend with ``all_to_all`` runs it (gloo on CPU, NCCL).
 """
 
@@ -45,7 +45,10 @@ def dispatch_to_experts(
     k]``, the indices global (``0 .. num_local_experts * group size - 1``). Every process of
     ``group`` must call it (a collective), each with its own tokens.
     """
-    from torch.distributed.nn.functional import all_to_all_single
+    from torch.distributed._functional_collectives import (
+        all_to_all_single_autograd,
+        wait_tensor,
+    )
 
     tokens, k = top_k_index.shape
     size = dist.get_world_size(group)
@@ -60,12 +63,10 @@ def dispatch_to_experts(
     local_index = torch.remainder(choices[order], num_local_experts)
     incoming_index = local_index.new_empty(sum(received))
     dist.all_to_all_single(incoming_index, local_index, received, sent, group=group)
-    incoming = outgoing.new_empty(sum(received), hidden_states.shape[-1])
-    incoming = all_to_all_single(incoming, outgoing, received, sent, group=group)
+    incoming = wait_tensor(all_to_all_single_autograd(outgoing, received, sent, group))
     ones = torch.ones(len(incoming_index), 1, dtype=top_k_weights.dtype, device=incoming.device)
     computed = compute(incoming, incoming_index.unsqueeze(-1), ones)
-    returned = computed.new_empty(len(order), computed.shape[-1])
-    returned = all_to_all_single(returned, computed, sent, received, group=group)
+    returned = wait_tensor(all_to_all_single_autograd(computed, sent, received, group))
     # back in (token, choice) order, weighted by the router where the token lives
     per_choice = returned[torch.argsort(order)]
     weighted = per_choice.view(tokens, k, -1) * top_k_weights.unsqueeze(-1).to(per_choice.dtype)

@@ -3,8 +3,8 @@
 
 LAYOUT is the ``ParallelismConfig``: ``ep2`` (2 processes: dp_shard 2, the experts split over
 both), ``ep2xshard2`` (4 processes: dp_shard 4 = ep 2 x 2, each process's experts sharded with
-FSDP2 over the 2 holding the same ones), ``ep2xtp2`` (4 processes: dp_shard 2 = ep 2, tp 2) or
-``whole`` (1 process: no expert parallelism; an ep checkpoint loaded whole). MODEL is ``plain``
+FSDP2 over the 2 holding the same ones), ``ep2xtp2`` (4 processes: dp_shard 2 = ep 2, tp 2),
+``ep2xreplicate2`` (4 processes: HSDP, dp_replicate 2 x dp_shard 2 = ep 2) or ``whole`` (1 process: no expert parallelism; an ep checkpoint loaded whole). MODEL is ``plain``
 (a plain PyTorch mixture of experts: 4 experts, 2 per token, found by accel's default search)
 or ``qwen`` (a tiny transformers Qwen3-MoE of 2 layers, 4 experts, its load-balancing loss in
 the loss).
@@ -41,6 +41,7 @@ LAYOUTS = {
     "ep2": {"dp_shard_size": 2, "ep_size": 2},
     "ep2xshard2": {"dp_shard_size": 4, "ep_size": 2},
     "ep2xtp2": {"dp_shard_size": 2, "tp_size": 2, "ep_size": 2},
+    "ep2xreplicate2": {"dp_replicate_size": 2, "dp_shard_size": 2, "ep_size": 2},
     "whole": {},
 }
 GLOBAL_BATCH = 8
@@ -209,7 +210,7 @@ def expert_layout(model: torch.nn.Module) -> dict[str, object]:
         if "experts" in name:
             return {
                 "name": name,
-                "mesh": list(parameter.device_mesh.mesh_dim_names),
+                "mesh": list(parameter.device_mesh.mesh_dim_names or ()),
                 "placements": [str(p) for p in parameter.placements],
                 "local_rows": parameter.to_local().shape[0],
             }
@@ -244,7 +245,7 @@ def main() -> None:
         project_config=project,
     )
     path = qwen_path(args.out) if kind == "qwen" else None
-    shards = sizes.get("dp_shard_size", 1)
+    shards = sizes.get("dp_replicate_size", 1) * sizes.get("dp_shard_size", 1)
     loader = DataLoader(dataset(kind), batch_size=GLOBAL_BATCH // shards)
     model = new_model(kind, path)
     before = {k: v.detach().clone() for k, v in model.state_dict().items()}

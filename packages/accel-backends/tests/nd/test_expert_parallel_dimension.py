@@ -1,10 +1,8 @@
 """The ``ep`` dimension (``ParallelismConfig(ep_size=N)``): borrowed from ``dp_shard`` as in
 torchtitan and transformers, validated before anything is built, launched like every size, and
 built into the device mesh on 4 real gloo processes (``dp_shard`` split into
-``dp_shard_mod_ep`` x ``dp_shard_in_ep``; ``ep`` flattened over the inner one). ``prepare``
-refuses to train on it: accel does not split experts itself yet. A transformers MoE split by
-transformers (``DistributedConfig(ep_size=2, fsdp_size=2)``) goes through ``prepare`` with each
-rank's experts unchanged and trains like one process."""
+``dp_shard_mod_ep`` x ``dp_shard_in_ep``; ``ep`` flattened over the inner one). Training on it:
+``test_expert_parallel.py``."""
 
 from __future__ import annotations
 
@@ -100,7 +98,6 @@ def mesh_worker() -> None:
 
     from accel_backends.expert_parallel_mesh import expert_shard_mesh
     from accel_core import Accelerator
-    from accel_core.out_of_scope import OutOfScopeError
 
     dist.init_process_group("gloo")
     report: dict[str, object] = {}
@@ -122,11 +119,12 @@ def mesh_worker() -> None:
     accelerator = Accelerator(parallelism_config=ParallelismConfig(dp_shard_size=4, ep_size=2))
     mesh = accelerator.torch_device_mesh
     report["accelerator"] = {"strategy": accelerator.state.strategy.name, "ep": _groups(mesh, "ep")}
+    # a model without experts: prepare says what it looked for, before changing anything
     model = torch.nn.Linear(2, 2)
     before = [p.detach().clone() for p in model.parameters()]
     try:
         accelerator.prepare(model)
-    except OutOfScopeError as error:
+    except ValueError as error:
         report["prepare"] = str(error)
     report["model_unchanged"] = all(
         torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True)
@@ -180,7 +178,7 @@ def test_four_processes_build_the_expert_parallel_mesh(tmp_path: Path):
         }
         assert report["accelerator"] == {"strategy": "fsdp", "ep": report["ep2_shard4"]["ep"]}
         assert report["prepare"].startswith(
-            "ParallelismConfig(ep_size=2): accel builds the expert-parallel device mesh "
-            "(accelerator.torch_device_mesh['ep']) but does not split a model's experts"
+            "ParallelismConfig(ep_size > 1): Linear has no experts to split (modules with "
+            "num_experts whose own parameters have num_experts rows)"
         )
         assert report["model_unchanged"] is True
