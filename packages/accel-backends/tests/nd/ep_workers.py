@@ -4,7 +4,8 @@
 LAYOUT is the ``ParallelismConfig``: ``ep2`` (2 processes: dp_shard 2, the experts split over
 both), ``ep2xshard2`` (4 processes: dp_shard 4 = ep 2 x 2, each process's experts sharded with
 FSDP2 over the 2 holding the same ones), ``ep2xtp2`` (4 processes: dp_shard 2 = ep 2, tp 2),
-``ep2xreplicate2`` (4 processes: HSDP, dp_replicate 2 x dp_shard 2 = ep 2) or ``whole`` (1 process: no expert parallelism; an ep checkpoint loaded whole). MODEL is ``plain``
+``ep2xreplicate2`` (4 processes: HSDP, dp_replicate 2 x dp_shard 2 = ep 2) or ``whole`` (1
+process: no expert parallelism; an ep checkpoint loaded whole). MODEL is ``plain``
 (a plain PyTorch mixture of experts: 4 experts, 2 per token, found by accel's default search)
 or ``qwen`` (a tiny transformers Qwen3-MoE of 2 layers, 4 experts, its load-balancing loss in
 the loss).
