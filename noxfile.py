@@ -236,11 +236,12 @@ def backend_deepspeed(session: nox.Session) -> None:
 @nox.session(name="backend-nd")
 @_discarding
 def backend_nd(session: nox.Session) -> None:
-    """Tensor parallelism with FSDP2 (ND parallelism: dp_shard x tp, dp_replicate x tp, tp) on 2
-    and 4 CPU processes (gloo): a plain model split by a ``parallelize_module`` plan and a
-    transformers Llama (split by a plan, and by transformers in Accelerate's recipe through ``accel
-    launch``), each compared with one process of plain PyTorch; checkpoints across meshes and
-    kill-and-resume."""
+    """Tensor, pipeline and expert parallelism with FSDP2 (ND parallelism: dp_shard x tp,
+    dp_replicate x tp, tp, pp x dp_shard, ep x dp_shard / tp / dp_replicate) on 2 and 4 CPU
+    processes (gloo): plain models and tiny transformers models (a Llama split by a plan, by
+    transformers in Accelerate's recipe through ``accel launch`` and into pipeline stages; a
+    Qwen3-MoE split over its experts by accel and by transformers), each compared with one process
+    of plain PyTorch; checkpoints across meshes and kill-and-resume."""
     session.install(*TEST_TOOLS)
     # accel-kit: transformers splits a model while loading only when ``accelerate`` imports,
     # which accel's alias answers (no Hugging Face Accelerate in this venv)
