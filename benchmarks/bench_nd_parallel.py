@@ -36,41 +36,16 @@ but got DistributedType.MULTI_CPU"; without it the state has one process and it 
 from __future__ import annotations
 
 import os
-import statistics
 import subprocess
 import sys
 
-from harness import HERE, Context, Row, json_result
+from harness import HERE, Context, Row
+from interleaved import accel_and_raw_launches, median_ms, torchrun
 
 TITLE = "Tensor parallelism with FSDP2, dp_shard 2 x tp 2, 4 CPU processes, gloo (ms per step)"
 WORKLOAD = str(HERE / "workloads" / "nd_step.py")
 PROCESSES = 4
-LOSS_TOLERANCE = 1e-4
 REFUSED = "Accelerate refused"
-
-
-def _torchrun(python: str) -> list[str]:
-    return [
-        python,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={PROCESSES}",
-    ]
-
-
-def _measure(python: str, steps: int, warmup: int) -> dict:
-    command = [*_torchrun(python), WORKLOAD, "accel,raw", str(steps), str(warmup)]
-    return json_result(command, timeout=900)
-
-
-def _same_work(launch: dict) -> None:
-    """Raise unless accel's losses and gradient norms are raw's (the same work was timed)."""
-    for kind in ("losses", "norms"):
-        ours, raw = launch[kind]["accel"], launch[kind]["raw"]
-        worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(ours, raw, strict=True))
-        if worst > LOSS_TOLERANCE:
-            raise RuntimeError(f"accel's {kind} differ from raw's by {worst:.2g}: {ours} vs {raw}")
 
 
 def _accelerate_refusals(hf_python: str | None) -> list[str]:
@@ -81,7 +56,7 @@ def _accelerate_refusals(hf_python: str | None) -> list[str]:
     refusals = []
     for use_cpu in ("1", "0"):
         env = {**os.environ, "OMP_NUM_THREADS": "1", "ACCELERATE_USE_CPU": use_cpu}
-        command = [*_torchrun(hf_python), WORKLOAD, "accelerate", "1", "0"]
+        command = [*torchrun(hf_python, PROCESSES), WORKLOAD, "accelerate", "1", "0"]
         done = subprocess.run(
             command, env=env, capture_output=True, text=True, timeout=600, check=False
         )
@@ -99,15 +74,9 @@ def run(ctx: Context) -> list[Row]:
     steps, warmup, launches = (10, 2, 1) if ctx.quick else (60, 5, 3)
     for refusal in _accelerate_refusals(ctx.hf_python):
         print(f"nd_parallel: {refusal}", file=sys.stderr)
-    measured = []
-    for _ in range(launches):
-        measured.append(_measure(ctx.python, steps, warmup))
-        _same_work(measured[-1])
-    for launch in measured:
-        shown = {k: v for k, v in launch.items() if k not in ("losses", "norms")}
-        ratio = launch["accel"] / launch["raw"]
-        print(f"nd_parallel: launch accel / raw {ratio:.3f}: {shown}", file=sys.stderr)
-    accel = 1000 * statistics.median(launch["accel"] for launch in measured)
-    raw = 1000 * statistics.median(launch["raw"] for launch in measured)
+    measured = accel_and_raw_launches(
+        ctx.python, WORKLOAD, PROCESSES, steps, warmup, launches, "nd_parallel"
+    )
+    accel, raw = median_ms(measured, "accel"), median_ms(measured, "raw")
     label = "dp_shard 2 x tp 2 training step (Accelerate: n/a, refuses ParallelismConfig on CPU)"
     return [Row(label, "ms", accel, None, raw, "<= 1.03x raw", accel <= 1.03 * raw)]

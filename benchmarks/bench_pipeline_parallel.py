@@ -33,52 +33,21 @@ inference-only): no Accelerate column.
 from __future__ import annotations
 
 import statistics
-import sys
 
-from harness import HERE, Context, Row, json_result
+from harness import HERE, Context, Row
+from interleaved import accel_and_raw_launches, median_ms
 
 TITLE = "Pipeline parallelism with FSDP2, pp 2 x dp_shard 2, 4 CPU processes, gloo (ms per step)"
 WORKLOAD = str(HERE / "workloads" / "pp_step.py")
 PROCESSES = 4
-LOSS_TOLERANCE = 1e-4
-
-
-def _measure(python: str, steps: int, warmup: int) -> dict:
-    command = [
-        python,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc_per_node={PROCESSES}",
-        WORKLOAD,
-        "accel,raw",
-        str(steps),
-        str(warmup),
-    ]
-    return json_result(command, timeout=900)
-
-
-def _same_work(launch: dict) -> None:
-    """Raise unless accel's losses and gradient norms are raw's (the same work was timed)."""
-    for kind in ("losses", "norms"):
-        ours, raw = launch[kind]["accel"], launch[kind]["raw"]
-        worst = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(ours, raw, strict=True))
-        if worst > LOSS_TOLERANCE:
-            raise RuntimeError(f"accel's {kind} differ from raw's by {worst:.2g}: {ours} vs {raw}")
 
 
 def run(ctx: Context) -> list[Row]:
     steps, warmup, launches = (10, 2, 1) if ctx.quick else (40, 5, 3)
-    measured = []
-    for _ in range(launches):
-        measured.append(_measure(ctx.python, steps, warmup))
-        _same_work(measured[-1])
-    for launch in measured:
-        shown = {k: v for k, v in launch.items() if k not in ("losses", "norms", "runs")}
-        ratio = launch["accel"] / launch["raw"]
-        print(f"pipeline_parallel: launch accel / raw {ratio:.3f}: {shown}", file=sys.stderr)
-    accel = 1000 * statistics.median(launch["accel"] for launch in measured)
-    raw = 1000 * statistics.median(launch["raw"] for launch in measured)
+    measured = accel_and_raw_launches(
+        ctx.python, WORKLOAD, PROCESSES, steps, warmup, launches, "pipeline_parallel"
+    )
+    accel, raw = median_ms(measured, "accel"), median_ms(measured, "raw")
     theoretical = measured[0]["theoretical_bubble"]
     idle = [statistics.median(launch["idle"][i] for launch in measured) for i in range(2)]
     label = "pp 2 x dp_shard 2 training step, 1F1B, 4 micro-batches (Accelerate: n/a, no PP)"

@@ -182,8 +182,8 @@ class _ScaledGradient(torch.autograd.Function):
     ``1 / ep_size``, the average the engine then takes over the processes holding the same
     experts (FSDP2's, over ``dp_replicate`` x ``dp_shard_mod_ep``) is the average over every
     data-parallel process, as a non-expert gradient's is. (Done here rather than with FSDP2's
-    ``set_gradient_divide_factor``, which divides twice in float64 over one process in torch
-    2.13.)"""
+    ``set_gradient_divide_factor``, which reduces with ``PREMUL_SUM`` -- gloo has none -- and
+    divides twice in float64 over one process in torch 2.13.)"""
 
     @staticmethod
     def forward(ctx: Any, tensor: torch.Tensor, scale: float) -> torch.Tensor:
