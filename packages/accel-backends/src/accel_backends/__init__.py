@@ -17,7 +17,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.4.5"
+__version__ = "0.4.6"
 
 #: Strategies this package registers in the ``accel.strategies`` entry-point group: the engines
 #: ``accel_backends.<name>``, each described by ``accel_backends.<name>.description.DESCRIPTION``.

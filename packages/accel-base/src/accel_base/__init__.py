@@ -15,4 +15,4 @@ from their old module paths.
 
 from __future__ import annotations
 
-__version__ = "0.1.1"
+__version__ = "0.1.2"

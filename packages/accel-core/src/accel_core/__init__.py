@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.4.6"
+__version__ = "0.4.7"
 
 # public name -> module of accel_core that defines it
 _EXPORTS = {

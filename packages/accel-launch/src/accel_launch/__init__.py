@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__version__ = "0.4.6"
+__version__ = "0.4.7"
 
 _EXPORTS = {
     "write_basic_config": "accel_launch.config.defaults",
