@@ -7,8 +7,8 @@ FSDP2 over the 2 holding the same ones), ``ep2xtp2`` (4 processes: dp_shard 2 = 
 ``ep2xreplicate2`` (4 processes: HSDP, dp_replicate 2 x dp_shard 2 = ep 2) or ``whole`` (1
 process: no expert parallelism; an ep checkpoint loaded whole). MODEL is ``plain``
 (a plain PyTorch mixture of experts: 4 experts, 2 per token, found by accel's default search)
-or ``qwen`` (a tiny transformers Qwen3-MoE of 2 layers, 4 experts, its load-balancing loss in
-the loss).
+or ``qwen`` (a tiny transformers Qwen3-MoE of 2 layers, a dense one and one of 4 experts, its
+load-balancing loss in the loss).
 
 Every process also trains the whole model in one process of plain PyTorch over the same global
 batches (the reference: each step's loss is the mean of the data-parallel shards' losses, as the
@@ -118,6 +118,25 @@ def parallelize_dense(model: torch.nn.Module, tp_mesh: object) -> None:
     parallelize_module(model, tp_mesh, {"up": ColwiseParallel(), "down": RowwiseParallel()})
 
 
+def parallelize_dense_layer(model: torch.nn.Module, tp_mesh: object) -> None:
+    """The Qwen model's tensor-parallel plan: its dense layer's MLP (layer 0) split column- then
+    row-wise; attention, embeddings, norms, routers and head left to accel (replicated), the
+    experts (layer 1) to expert parallelism."""
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    mlp = "model.layers.0.mlp"
+    plan = {
+        f"{mlp}.gate_proj": ColwiseParallel(),
+        f"{mlp}.up_proj": ColwiseParallel(),
+        f"{mlp}.down_proj": RowwiseParallel(),
+    }
+    parallelize_module(model, tp_mesh, plan)
+
+
 def qwen_path(out: Path) -> Path:
     """A tiny Qwen3-MoE with random weights, saved once by rank 0 (float64, eager experts:
     transformers' grouped kernel takes no float64)."""
@@ -136,6 +155,7 @@ def qwen_path(out: Path) -> Path:
             num_key_value_heads=2,
             num_experts=EXPERTS,
             num_experts_per_tok=2,
+            mlp_only_layers=[0],  # a dense layer (what tensor parallelism splits), then experts
             max_position_embeddings=SEQUENCE,
             output_router_logits=True,
             tie_word_embeddings=False,
@@ -235,7 +255,8 @@ def main() -> None:
     kind = args.model
     sizes = dict(LAYOUTS[args.layout])
     if sizes.get("tp_size", 1) > 1:
-        sizes["tp_handler"] = TorchTensorParallelConfig(parallelize_fn=parallelize_dense)
+        plan = parallelize_dense if kind == "plain" else parallelize_dense_layer
+        sizes["tp_handler"] = TorchTensorParallelConfig(parallelize_fn=plan)
     automatic = bool(args.checkpoint_every) or args.resume
     project = ProjectConfiguration(
         project_dir=str(args.out / "project"), automatic_checkpoint_naming=automatic

@@ -1,8 +1,8 @@
 """Expert parallelism (``ParallelismConfig(ep_size=...)``) on real gloo processes: a plain
 PyTorch mixture of experts as ep 2 x dp_shard 2, as ep 2 x tp 2 and as ep 2 x dp_replicate 2
-(HSDP) on 4 processes, a tiny
-transformers Qwen3-MoE as ep 2 x dp_shard 2 (its load-balancing loss in the loss and in what
-the script logs), an ep checkpoint loaded as one process and onto another mesh, save -> SIGKILL
+(HSDP) on 4 processes, a tiny transformers Qwen3-MoE as ep 2 x dp_shard 2 and as ep 2 x tp 2
+(its dense layer's MLP split over tp; its load-balancing loss in the loss and in what the
+script logs), an ep checkpoint loaded as one process and onto another mesh, save -> SIGKILL
 -> resume equal to not stopping; and every process's experts after ``prepare`` are the ones it
 was given (Hugging Face Accelerate's FSDP2 path overwrites them with process 0's).
 
@@ -103,12 +103,13 @@ def test_plain_moe_as_ep2_by_dp_replicate2_equals_one_process(tmp_path):
     _assert_matches_one_process(result)
 
 
-def test_transformers_qwen3_moe_as_ep2_by_dp_shard2_equals_one_process(tmp_path):
+@pytest.mark.parametrize(("layout", "local_rows"), [("ep2xshard2", 1), ("ep2xtp2", 2)])
+def test_transformers_qwen3_moe_equals_one_process(tmp_path, layout, local_rows):
     pytest.importorskip("transformers")
-    result = _run(4, tmp_path, "ep2xshard2", "qwen")
+    result = _run(4, tmp_path, layout, "qwen")
     experts = result["processes"][0]["experts"]
-    assert experts["name"] == "model.layers.0.mlp.experts.gate_up_proj"  # the router is not
-    _assert_experts_split(result, local_rows=1)
+    assert experts["name"] == "model.layers.1.mlp.experts.gate_up_proj"  # the router is not
+    _assert_experts_split(result, local_rows=local_rows)
     _assert_matches_one_process(result, losses_rel=1e-6)
     # the load-balancing loss the script logs (reduced over the processes) is one process's
     # mean over the same shards
