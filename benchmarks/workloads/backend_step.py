@@ -45,18 +45,16 @@ raw shards), or the workload exits saying the comparison would not be fair.
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import statistics
 import sys
-import time
 from collections.abc import Callable
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 import torch
 import torch.distributed as dist
+from interleaved_steps import interleaved, mean_over_processes, report_and_end
 
 WIDTH, DEPTH, BATCH, POOL = 256, 4, 64, 4
 LR = 1e-4
@@ -333,18 +331,6 @@ def _raw_fsdp1(model: torch.nn.Module) -> tuple[Step, str, dict | None]:
     return plain_step(wrapped, torch.optim.AdamW(wrapped.parameters(), lr=LR)), built, None
 
 
-def slowest(seconds: float) -> float:
-    value = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value)
-
-
-def mean_over_processes(value: float) -> float:
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return float(tensor) / dist.get_world_size()
-
-
 def main() -> None:
     backend, impls = sys.argv[1], sys.argv[2].split(",")
     steps, warmup = int(sys.argv[3]), int(sys.argv[4])
@@ -363,29 +349,17 @@ def main() -> None:
         else:
             raise SystemExit(f"unknown implementation {impl!r}; choose accel, raw or accelerate")
     data = batches(dist.get_rank())
-    runs: dict[str, list[float]] = {impl: [] for impl in impls}
-    losses: dict[str, list[float]] = {impl: [] for impl in impls}
-    for index in range(warmup + steps):
-        batch = data[index % POOL]
-        for impl in impls if index % 2 == 0 else impls[::-1]:
-            dist.barrier()
-            start = time.perf_counter()
-            loss = runners[impl](batch)
-            seconds = slowest(time.perf_counter() - start)
-            losses[impl].append(mean_over_processes(float(loss.detach())))
-            if index >= warmup:
-                runs[impl].append(seconds)
-    result: dict = {impl: statistics.median(values) for impl, values in runs.items()}
-    result["runs"] = {impl: [round(v, 5) for v in values] for impl, values in runs.items()}
-    result["losses"] = losses
+    result = interleaved(
+        lambda impl, index: (runners[impl](data[index % POOL]), None),
+        impls,
+        steps,
+        warmup,
+        loss_value=lambda loss: mean_over_processes(float(loss)),
+    )
     result["built"] = built
     result["configs"] = configs
     result["parameters"] = sum(p.numel() for p in new_model().parameters())
-    dist.barrier()
-    if dist.get_rank() == 0:
-        print(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
+    report_and_end(result)
 
 
 if __name__ == "__main__":

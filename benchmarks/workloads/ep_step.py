@@ -30,16 +30,14 @@ object: {impl: median seconds per step, "runs", "losses", "norms", "parameters"}
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
-import time
 import types
 from collections.abc import Callable, Iterator
 
 import moe_net
 import torch
 import torch.distributed as dist
+from interleaved_steps import interleaved, report_and_end
 from moe_net import MoEBlock, MoENet, expert_outputs
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -186,12 +184,6 @@ def make_raw(steps: int) -> Step:
     return step
 
 
-def slowest(seconds: float) -> float:
-    value = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value)
-
-
 def main() -> None:
     impls = sys.argv[1].split(",")
     steps, warmup = int(sys.argv[2]), int(sys.argv[3])
@@ -201,29 +193,9 @@ def main() -> None:
         if impl not in ("accel", "raw"):
             raise SystemExit(f"unknown implementation {impl!r}; choose accel or raw")
         runners[impl] = (make_raw if impl == "raw" else make_accel)(warmup + steps)
-    runs: dict[str, list[float]] = {impl: [] for impl in impls}
-    losses: dict[str, list[float]] = {impl: [] for impl in impls}
-    norms: dict[str, list[float]] = {impl: [] for impl in impls}
-    for index in range(warmup + steps):
-        for impl in impls if index % 2 == 0 else impls[::-1]:
-            dist.barrier()
-            start = time.perf_counter()
-            loss, norm = runners[impl]()
-            seconds = slowest(time.perf_counter() - start)
-            losses[impl].append(float(loss))
-            norms[impl].append(float(norm))
-            if index >= warmup:
-                runs[impl].append(seconds)
-    result: dict = {impl: statistics.median(values) for impl, values in runs.items()}
-    result["runs"] = {impl: [round(v, 5) for v in values] for impl, values in runs.items()}
-    result["losses"] = losses
-    result["norms"] = norms
+    result = interleaved(lambda impl, _: runners[impl](), impls, steps, warmup)
     result["parameters"] = sum(p.numel() for p in new_model().parameters())
-    dist.barrier()
-    if dist.get_rank() == 0:
-        print(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
+    report_and_end(result)
 
 
 if __name__ == "__main__":

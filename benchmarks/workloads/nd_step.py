@@ -40,15 +40,13 @@ the workload exits saying the comparison would not be fair. Rank 0 prints one JS
 
 from __future__ import annotations
 
-import json
-import statistics
 import sys
-import time
 from collections.abc import Callable, Iterator
 
 import residual_net
 import torch
 import torch.distributed as dist
+from interleaved_steps import interleaved, mean_over_processes, report_and_end
 from residual_net import Net
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -217,18 +215,6 @@ def check(built: dict[str, str]) -> None:
         raise SystemExit(f"the implementations built different models {built}: {UNFAIR}")
 
 
-def slowest(seconds: float) -> float:
-    value = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value)
-
-
-def mean_over_processes(value: float) -> float:
-    tensor = torch.tensor([value], dtype=torch.float64)
-    dist.all_reduce(tensor)
-    return float(tensor) / dist.get_world_size()
-
-
 def main() -> None:
     impls = sys.argv[1].split(",")
     steps, warmup = int(sys.argv[2]), int(sys.argv[3])
@@ -244,30 +230,16 @@ def main() -> None:
         maker = make_raw if impl == "raw" else make_accel
         runners[impl], built[impl] = maker(warmup + steps)
     check(built)
-    runs: dict[str, list[float]] = {impl: [] for impl in impls}
-    losses: dict[str, list[float]] = {impl: [] for impl in impls}
-    norms: dict[str, list[float]] = {impl: [] for impl in impls}
-    for index in range(warmup + steps):
-        for impl in impls if index % 2 == 0 else impls[::-1]:
-            dist.barrier()
-            start = time.perf_counter()
-            loss, norm = runners[impl]()
-            seconds = slowest(time.perf_counter() - start)
-            losses[impl].append(mean_over_processes(float(loss.detach())))
-            norms[impl].append(float(norm))
-            if index >= warmup:
-                runs[impl].append(seconds)
-    result: dict = {impl: statistics.median(values) for impl, values in runs.items()}
-    result["runs"] = {impl: [round(v, 5) for v in values] for impl, values in runs.items()}
-    result["losses"] = losses
-    result["norms"] = norms
+    result = interleaved(
+        lambda impl, _: runners[impl](),
+        impls,
+        steps,
+        warmup,
+        loss_value=lambda loss: mean_over_processes(float(loss)),
+    )
     result["built"] = built
     result["parameters"] = sum(p.numel() for p in new_model().parameters())
-    dist.barrier()
-    if dist.get_rank() == 0:
-        print(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
+    report_and_end(result)
 
 
 if __name__ == "__main__":

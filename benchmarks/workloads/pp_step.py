@@ -34,7 +34,6 @@ seconds per step, "runs", "losses", "norms", "idle": [median idle fraction of ea
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -43,6 +42,7 @@ from collections.abc import Callable, Iterator
 import residual_net
 import torch
 import torch.distributed as dist
+from interleaved_steps import interleaved, report_and_end
 from residual_net import Block, Net
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -181,12 +181,6 @@ def time_calls(owner: object, names: tuple[str, ...]) -> list[float]:
     return busy
 
 
-def slowest(seconds: float) -> float:
-    value = torch.tensor([seconds], dtype=torch.float64)
-    dist.all_reduce(value, op=dist.ReduceOp.MAX)
-    return float(value)
-
-
 def main() -> None:
     impls = sys.argv[1].split(",")
     steps, warmup = int(sys.argv[2]), int(sys.argv[3])
@@ -200,19 +194,7 @@ def main() -> None:
         runners[impl], built = (make_raw if impl == "raw" else make_accel)(total)
         if impl == "raw":
             raw_pipeline = built
-    runs: dict[str, list[float]] = {impl: [] for impl in impls}
-    losses: dict[str, list[float]] = {impl: [] for impl in impls}
-    norms: dict[str, list[float]] = {impl: [] for impl in impls}
-    for index in range(warmup + steps):
-        for impl in impls if index % 2 == 0 else impls[::-1]:
-            dist.barrier()
-            start = time.perf_counter()
-            loss, norm = runners[impl]()
-            seconds = slowest(time.perf_counter() - start)
-            losses[impl].append(float(loss.detach()))
-            norms[impl].append(float(norm))
-            if index >= warmup:
-                runs[impl].append(seconds)
+    result = interleaved(lambda impl, _: runners[impl](), impls, steps, warmup)
     idle: list[float] = []
     if raw_pipeline is not None:
         stage, schedule = raw_pipeline
@@ -229,18 +211,10 @@ def main() -> None:
         dist.all_gather_object(gathered, statistics.median(fractions))
         # ranks 0-1 hold stage 0, ranks 2-3 stage 1 (pp is the outer dimension)
         idle = [statistics.mean(gathered[i * DP : (i + 1) * DP]) for i in range(PP)]  # type: ignore[arg-type]
-    result: dict = {impl: statistics.median(values) for impl, values in runs.items()}
-    result["runs"] = {impl: [round(v, 5) for v in values] for impl, values in runs.items()}
-    result["losses"] = losses
-    result["norms"] = norms
     result["idle"] = idle
     result["theoretical_bubble"] = (PP - 1) / (MICROBATCHES + PP - 1)
     result["parameters"] = sum(p.numel() for p in new_model().parameters())
-    dist.barrier()
-    if dist.get_rank() == 0:
-        print(json.dumps(result))
-    dist.barrier()
-    dist.destroy_process_group()
+    report_and_end(result)
 
 
 if __name__ == "__main__":
