@@ -26,11 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from nd_job_reports import (
+    checkpoint_or_die,
+    every_process,
+    mesh_names,
+    save_if_asked,
+    saved_model_report,
+)
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel_backends import FullyShardedDataParallelPlugin, ParallelismConfig
@@ -294,21 +300,13 @@ def main() -> None:
             norms.append(float(accelerator.clip_grad_norm_(model.parameters(), MAX_NORM)))
             optimizer.step()
             optimizer.zero_grad()
-        if args.checkpoint_every and (index + 1) % args.checkpoint_every == 0:
-            accelerator.save_state()
-        if index + 1 == args.die_after:
-            dist.barrier()
-            os.kill(os.getpid(), signal.SIGKILL)
+        checkpoint_or_die(accelerator, index + 1, args.checkpoint_every, args.die_after)
     state = {k: v.detach().clone() for k, v in accelerator.get_state_dict(model).items()}
-    if args.save is not None:
-        accelerator.save_state(str(args.save / "state"))
-        accelerator.save_model(model, str(args.save / "model"), safe_serialization=True)
+    save_if_asked(accelerator, model, args.save)
     expected = reference(kind, path, args.steps, shards)
     facts = {
         "rank": accelerator.process_index,
-        "mesh": list(accelerator.torch_device_mesh.mesh_dim_names)
-        if accelerator.torch_device_mesh is not None
-        else [],
+        "mesh": mesh_names(accelerator),
         "experts": expert_layout(accelerator.unwrap_model(model)),
         "kept_through_prepare": kept,
         "state_keys": sorted(state),
@@ -316,20 +314,10 @@ def main() -> None:
             (v - expected["state"][k]).abs().max().item() for k, v in state.items()
         ),
     }
-    all_facts = [None] * dist.get_world_size()
-    dist.all_gather_object(all_facts, facts)
+    all_facts = every_process(facts)
     if accelerator.is_main_process:
-        saved = {}
-        if args.save is not None:
-            from safetensors.torch import load_file
-
-            saved = load_file(str(args.save / "model" / "model.safetensors"))
         result = {
-            "saved_model_keys": sorted(saved),
-            "saved_model_difference": max(
-                ((v - expected["state"][k]).abs().max().item() for k, v in saved.items()),
-                default=None,
-            ),
+            **saved_model_report(args.save, expected["state"]),
             "losses": losses,
             "reference_losses": expected["losses"][start:],
             "aux_losses": aux_losses,

@@ -26,11 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from nd_job_reports import (
+    checkpoint_or_die,
+    every_process,
+    mesh_names,
+    save_if_asked,
+    saved_model_report,
+)
 from torch.utils.data import DataLoader, TensorDataset
 
 from accel_backends import FullyShardedDataParallelPlugin, ParallelismConfig
@@ -260,21 +266,13 @@ def main() -> None:
             optimizer.zero_grad()
         if accelerator.sync_gradients:
             steps_done = (index + 1) // args.accumulate
-            if args.checkpoint_every and steps_done % args.checkpoint_every == 0:
-                accelerator.save_state()
-            if steps_done == args.die_after:
-                dist.barrier()
-                os.kill(os.getpid(), signal.SIGKILL)
+            checkpoint_or_die(accelerator, steps_done, args.checkpoint_every, args.die_after)
     state = {k: v.detach().clone() for k, v in accelerator.get_state_dict(model).items()}
-    if args.save is not None:
-        accelerator.save_state(str(args.save / "state"))
-        accelerator.save_model(model, str(args.save / "model"), safe_serialization=True)
+    save_if_asked(accelerator, model, args.save)
     expected = reference(kind, path, args.steps, args.accumulate)
     facts = {
         "rank": accelerator.process_index,
-        "mesh": list(accelerator.torch_device_mesh.mesh_dim_names)
-        if accelerator.torch_device_mesh is not None
-        else [],
+        "mesh": mesh_names(accelerator),
         # the parameters this process's stage holds; ``state`` is the whole model's, gathered
         "gathered_first_losses": gathered,
         "keys": sorted(name for name, _ in accelerator.unwrap_model(model).named_parameters()),
@@ -283,20 +281,10 @@ def main() -> None:
             k: (v - expected["state"][k]).abs().max().item() for k, v in state.items()
         },
     }
-    all_facts = [None] * dist.get_world_size()
-    dist.all_gather_object(all_facts, facts)
+    all_facts = every_process(facts)
     if accelerator.is_main_process:
-        saved = {}
-        if args.save is not None:
-            from safetensors.torch import load_file
-
-            saved = load_file(str(args.save / "model" / "model.safetensors"))
         result = {
-            "saved_model_keys": sorted(saved),
-            "saved_model_difference": max(
-                ((v - expected["state"][k]).abs().max().item() for k, v in saved.items()),
-                default=None,
-            ),
+            **saved_model_report(args.save, expected["state"]),
             "losses": losses,
             "reference_losses": expected["losses"][start:],
             "norms": norms,

@@ -17,13 +17,10 @@ agree to 1e-12).
 
 from __future__ import annotations
 
-import json
-import signal
 from pathlib import Path
 
 import pytest
-
-from accel_testing import run_workers
+from nd_job_reports import run_job
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -33,14 +30,7 @@ EXPERT_MESH = ["dp_shard_mod_ep", "ep"]
 
 
 def _run(nprocs: int, out: Path, *args: str, killed: bool = False) -> dict:
-    results = run_workers(
-        nprocs, script=WORKER, args=[str(out), *args], timeout=240, check=not killed
-    )
-    if killed:
-        codes = [result.returncode for result in results]
-        assert codes == [-signal.SIGKILL] * nprocs, [r.stderr[-2000:] for r in results]
-        return {}
-    return json.loads((out / "result.json").read_text())
+    return run_job(WORKER, nprocs, out, *args, killed=killed)
 
 
 def _assert_matches_one_process(result: dict, *, losses_rel: float = TOLERANCE) -> None:

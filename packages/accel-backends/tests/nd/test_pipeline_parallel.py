@@ -14,13 +14,10 @@ process sums the batch, which moves float64 results by a few units of 1e-16 per 
 
 from __future__ import annotations
 
-import json
-import signal
 from pathlib import Path
 
 import pytest
-
-from accel_testing import run_workers
+from nd_job_reports import run_job
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow]
 
@@ -29,14 +26,7 @@ TOLERANCE = 1e-12
 
 
 def _run(nprocs: int, out: Path, *args: str, killed: bool = False) -> dict:
-    results = run_workers(
-        nprocs, script=WORKER, args=[str(out), *args], timeout=240, check=not killed
-    )
-    if killed:
-        codes = [result.returncode for result in results]
-        assert codes == [-signal.SIGKILL] * nprocs, [r.stderr[-2000:] for r in results]
-        return {}
-    return json.loads((out / "result.json").read_text())
+    return run_job(WORKER, nprocs, out, *args, killed=killed)
 
 
 def _assert_matches_one_process(result: dict, stages: int) -> None:
