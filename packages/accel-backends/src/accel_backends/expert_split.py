@@ -115,7 +115,8 @@ def check_experts_divide(found: list[tuple[str, torch.nn.Module]], ep_size: int)
             raise ValueError(
                 f"module {name!r}: its parameters {split} are split already (DTensors); with "
                 "ep_size > 1 accel splits the experts itself: leave them out of the "
-                "tensor-parallel plan"
+                "tensor-parallel plan, or, for a model transformers split while loading "
+                "(DistributedConfig(ep_size=...)), leave accel's ep_size at 1"
             )
 
 
