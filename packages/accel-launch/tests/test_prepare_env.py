@@ -184,6 +184,7 @@ def test_parallelism_config_variables():
         "PARALLELISM_CONFIG_SP_BACKEND": "deepspeed",
         "PARALLELISM_CONFIG_CP_COMM_STRATEGY": "allgather",
         "PARALLELISM_CONFIG_PP_SIZE": "1",  # declared by the fsdp engine (accel-backends)
+        "PARALLELISM_CONFIG_EP_SIZE": "1",  # the fsdp engine's too
     }
 
 
