@@ -30,7 +30,7 @@ import tomllib
 ROOT = Path(__file__).parent
 PACKAGES = ROOT / "packages"
 TORCH = "torch==2.13.0"
-TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2"]
+TEST_TOOLS = ("pytest>=8", "pytest-timeout>=2")
 ACCELERATE = "accelerate==1.15.0"
 #: What the ``ecosystem`` session runs on accel (and on Accelerate, to compare).
 TRANSFORMERS = "transformers==5.23.0"
@@ -165,9 +165,12 @@ def _install_local(
     extras: str = "",
     env: dict[str, str] | None = None,
     torch: tuple[str, ...] = (TORCH,),
+    also: tuple[str, ...] = (),
 ) -> None:
     """Install torch (:func:`_add_torch` for :data:`TORCH`), then the named local packages, their
-    local dependencies and test helpers.
+    local dependencies and ``also`` (test tools, third-party packages a session needs) in one pip
+    command: each pip run costs a few seconds of start-up and resolution before it installs
+    anything.
 
     ``extras`` is applied to the named packages that declare it, not to their dependencies;
     ``env`` is given to the install (a build setting such as ``DS_BUILD_OPS``); ``torch`` is
@@ -181,7 +184,7 @@ def _install_local(
     for name in _local_closure(names, extras):
         wants_extra = extras and name in names and _has_extra(name, extras)
         targets.append(_local_target(session, name, extras if wants_extra else ""))
-    session.install(*targets, env=env)
+    session.install(*targets, *also, env=env)
 
 
 def _has_extra(name: str, extra: str) -> bool:
@@ -204,8 +207,7 @@ for _dist in LOCAL:
     def _package_tests(session: nox.Session, dist: str = _dist) -> None:
         """Install one package alone (with what it declares) and run its tests (but those of
         ``SEPARATE_TESTS``)."""
-        session.install(*TEST_TOOLS)
-        _install_local(session, [dist, "accel-testing"], extras="test")
+        _install_local(session, [dist, "accel-testing"], extras="test", also=TEST_TOOLS)
         session.run("pip", "check")
         ignored = [f"--ignore={path}" for path in SEPARATE_TESTS.get(dist, ())]
         _pytest(session, str(LOCAL[dist] / "tests"), *ignored)
@@ -220,13 +222,15 @@ def backend_deepspeed(session: nox.Session) -> None:
     so nothing is compiled at run time. ``tests-accel-backends`` runs without the engine, where
     these tests skip.
     """
-    session.install(*TEST_TOOLS)
+    # DeepSpeed's checkpoints into a real S3 server (test_deepspeed_object_storage.py): the "s3"
+    # extras of accel-core (s3fs) and accel-testing (moto's server), in the same pip command
+    s3 = (_local_target(session, "accel-core", "s3"), _local_target(session, "accel-testing", "s3"))
     _install_local(
-        session, ["accel-backends", "accel-testing"], extras="deepspeed", env={"DS_BUILD_OPS": "0"}
-    )
-    # DeepSpeed's checkpoints into a real S3 server (test_deepspeed_object_storage.py)
-    session.install(
-        _local_target(session, "accel-core", "s3"), _local_target(session, "accel-testing", "s3")
+        session,
+        ["accel-backends", "accel-testing"],
+        extras="deepspeed",
+        env={"DS_BUILD_OPS": "0"},
+        also=(*TEST_TOOLS, *s3),
     )
     session.run("pip", "check")
     tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_deepspeed_*.py"))
@@ -242,11 +246,10 @@ def backend_nd(session: nox.Session) -> None:
     transformers in Accelerate's recipe through ``accel launch`` and into pipeline stages; a
     Qwen3-MoE split over its experts by accel and by transformers), each compared with one process
     of plain PyTorch; checkpoints across meshes and kill-and-resume."""
-    session.install(*TEST_TOOLS)
     # accel-kit: transformers splits a model while loading only when ``accelerate`` imports,
     # which accel's alias answers (no Hugging Face Accelerate in this venv)
-    _install_local(session, ["accel-backends", "accel-launch", "accel-kit", "accel-testing"])
-    session.install(TORCH, TRANSFORMERS)
+    names = ["accel-backends", "accel-launch", "accel-kit", "accel-testing"]
+    _install_local(session, names, also=(*TEST_TOOLS, TORCH, TRANSFORMERS))
     session.run("pip", "check")
     _pytest(session, str(BACKEND_TESTS / "nd"))
 
@@ -261,8 +264,8 @@ def backend_xla(session: nox.Session) -> None:
     """The XLA strategy on XLA's CPU device (``PJRT_DEVICE=CPU``), in a venv of its own with
     torch 2.9.1 and torch_xla 2.9.0; the tests set ``CPU_NUM_DEVICES`` where they need two
     devices (SPMD). ``tests-accel-backends`` runs without torch_xla, where these tests skip."""
-    session.install(*TEST_TOOLS)
-    _install_local(session, ["accel-backends", "accel-testing"], extras="xla", torch=XLA_TORCH)
+    names = ["accel-backends", "accel-testing"]
+    _install_local(session, names, extras="xla", torch=XLA_TORCH, also=TEST_TOOLS)
     session.run("pip", "check")
     tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_xla_*.py"))
     _pytest(session, *tests, env={"PJRT_DEVICE": "CPU"})
@@ -273,8 +276,7 @@ def backend_xla(session: nox.Session) -> None:
 def backend_fsdp(session: nox.Session) -> None:
     """The FSDP strategy's tests alone, FSDP2 and FSDP1 (torch's own; ``tests-accel-backends`` runs
     them too)."""
-    session.install(*TEST_TOOLS)
-    _install_local(session, ["accel-backends", "accel-testing"])
+    _install_local(session, ["accel-backends", "accel-testing"], also=TEST_TOOLS)
     tests = sorted(str(path) for path in BACKEND_TESTS.glob("test_*fsdp*.py"))
     _pytest(session, *tests)
 
@@ -284,8 +286,7 @@ def backend_fsdp(session: nox.Session) -> None:
 def backend_ddp(session: nox.Session) -> None:
     """The built-in single-device and DDP strategies against the strategy contract, and the
     distributed training tests (``tests-accel-core`` runs them too)."""
-    session.install(*TEST_TOOLS)
-    _install_local(session, ["accel-core", "accel-testing"], extras="test")
+    _install_local(session, ["accel-core", "accel-testing"], extras="test", also=TEST_TOOLS)
     tests = LOCAL["accel-core"] / "tests"
     _pytest(session, str(tests / "test_strategy_contract.py"), str(tests / "test_distributed.py"))
 
@@ -299,8 +300,11 @@ def integration(session: nox.Session) -> None:
     ``test_accelerate_checkpoints.py`` move checkpoints between the two libraries, and
     ``test_accelerate_names.py`` list Accelerate's public names.
     """
-    session.install(*TEST_TOOLS)
-    _install_local(session, list(LOCAL), extras="test")
+    # every package with its test extra (transformers, for the module-path and bigmodel tests)
+    # but accel-core, whose test extra is its own tests' trackers and data libraries (a minute of
+    # installing, aim built from source): it comes in as a dependency, without it
+    names = [name for name in LOCAL if name != "accel-core"]
+    _install_local(session, names, extras="test", also=TEST_TOOLS)
     env = {"ACCEL_TEST_HF_PYTHON": _accelerate_python(session, with_transformers=False)}
     ignored = [
         "--ignore=integration-tests/stress",
@@ -319,8 +323,7 @@ def conformance(session: nox.Session) -> None:
     out of its wheel at run time with imports rewritten to accel, on 2 and 3 CPU processes through
     ``accel launch``. Accelerate goes into its own venv, only so its files can be read: this
     session's venv doesn't have it, so our processes can't import it."""
-    session.install(*TEST_TOOLS)
-    _install_local(session, list(LOCAL))
+    _install_local(session, list(LOCAL), also=TEST_TOOLS)
     env = {"ACCEL_TEST_HF_PYTHON": _accelerate_python(session, with_transformers=False)}
     _pytest(session, "integration-tests/conformance", env=env)
 
@@ -335,9 +338,7 @@ def ecosystem(session: nox.Session) -> None:
     peft and trl bring a real ``accelerate`` into this venv as a dependency; the alias shadows it.
     torch is pinned in the same pip command as the pins (pip would otherwise pull another torch).
     """
-    session.install(*TEST_TOOLS)
-    _install_local(session, list(LOCAL))
-    session.install(TORCH, *ECOSYSTEM)
+    _install_local(session, list(LOCAL), also=(*TEST_TOOLS, TORCH, *ECOSYSTEM))
     session.run("pip", "check")
     hf_python = _accelerate_python(session, with_transformers=False, packages=ECOSYSTEM)
     _pytest(session, "integration-tests/ecosystem", env={"ACCEL_TEST_HF_PYTHON": hf_python})
@@ -347,8 +348,7 @@ def ecosystem(session: nox.Session) -> None:
 @_discarding
 def stress(session: nox.Session) -> None:
     """Short jobs launched again and again: every exit code right, no SIGABRT, no orphan."""
-    session.install(*TEST_TOOLS, "psutil")
-    _install_local(session, ["accel-core", "accel-launch"])
+    _install_local(session, ["accel-core", "accel-launch"], also=(*TEST_TOOLS, "psutil"))
     _pytest(session, "integration-tests/stress")
 
 
@@ -365,10 +365,9 @@ def faults(session: nox.Session) -> None:
     an upload and resume, FSDP2 shards saved in the background, ``save_model`` read back with
     safetensors, ``storage_options``). One venv for both: the same packages, plus s3fs and moto.
     """
-    session.install(*TEST_TOOLS)
     # extras "s3": accel-core's (s3fs) and accel-testing's (moto's server)
     names = ["accel-core", "accel-backends", "accel-launch", "accel-testing"]
-    _install_local(session, names, extras="s3")
+    _install_local(session, names, extras="s3", also=TEST_TOOLS)
     session.run("pip", "check")
     _pytest(session, "integration-tests/faults", "integration-tests/storage")
 

@@ -253,7 +253,10 @@ def _two_machines(
     launch = [*_accel(), "launch", "--quiet", "--cpu", "--num_machines", machines]
     launch += ["--num_processes", "2", "--rdzv_backend", "c10d", "--max_restarts", "3"]
     launch += ["--main_process_ip", "127.0.0.1", "--main_process_port", str(port)]
-    launch += ["--rdzv_conf", "last_call_timeout=2"]
+    # a machine whose heartbeats stop is dropped after keep_alive_interval x keep_alive_max_attempt
+    # seconds (torch's default: 5 x 3 = 15 s of the test waiting); 1 x 5 = 5 s here
+    conf = "last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=5"
+    launch += ["--rdzv_conf", conf]
     job = [str(JOB), "--project", str(tmp_path), "--result", str(tmp_path / "result.pt")]
     # machine 1 (whichever ranks c10d deals it) SIGKILLs its own launcher at step 10
     job += ["--signal-at", "10", "--signal-where", "LOSE_THIS_MACHINE", "--signal", "SIGKILL"]
