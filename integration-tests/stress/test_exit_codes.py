@@ -113,35 +113,39 @@ def _in_streams(jobs: list[Path], runs: int, check: Callable[[Path, int], list[s
         return [failure for found in pool.map(stream, range(STREAMS)) for failure in found]
 
 
-def _finished_job_problems(job: Path, port: int) -> list[str]:
-    done = _run(job, port)
+def _exit_problems(done: subprocess.CompletedProcess[str], job: Path, code: int) -> list[str]:
+    """What every run checks: the exit code, no SIGABRT, no process of the job left."""
     problems = []
-    if done.returncode != 0:
+    if done.returncode != code:
         problems.append(f"exit code {done.returncode}")
     if "SIGABRT" in done.stderr or "terminate called" in done.stderr:
         problems.append("SIGABRT")
+    if _leftovers(job):
+        problems.append(f"processes left: {_leftovers(job)}")
+    return problems
+
+
+def _report(done: subprocess.CompletedProcess[str], problems: list[str]) -> list[str]:
+    return [", ".join(problems), done.stderr[-2000:]] if problems else []
+
+
+def _finished_job_problems(job: Path, port: int) -> list[str]:
+    done = _run(job, port)
+    problems = _exit_problems(done, job, 0)
     # the ranks share one stdout, so their lines can interleave: match, don't split
     if sorted(re.findall(r"rank \d finished", done.stdout)) != FINISHED:
         problems.append(f"stdout {done.stdout!r}")
-    if _leftovers(job):
-        problems.append(f"processes left: {_leftovers(job)}")
-    return [", ".join(problems), done.stderr[-2000:]] if problems else []
+    return _report(done, problems)
 
 
 def _raising_job_problems(job: Path, port: int) -> list[str]:
     done = _run(job, port, RAISE_ON_RANK="1")
-    problems = []
-    if done.returncode != 1:
-        problems.append(f"exit code {done.returncode}")
-    if "SIGABRT" in done.stderr or "terminate called" in done.stderr:
-        problems.append("SIGABRT")
+    problems = _exit_problems(done, job, 1)
     if "RuntimeError: rank 1 raises on purpose" not in done.stderr:
         problems.append("no traceback of rank 1")
     if "rank 1 (local rank 1" not in done.stderr or "exited with code 1" not in done.stderr:
         problems.append("the summary does not name rank 1's exit")
-    if _leftovers(job):
-        problems.append(f"processes left: {_leftovers(job)}")
-    return [", ".join(problems), done.stderr[-2000:]] if problems else []
+    return _report(done, problems)
 
 
 def test_a_finished_job_exits_zero_every_time(jobs: list[Path]):
